@@ -1,0 +1,47 @@
+# Every target installs what it needs: the virtualenv at .venv and the
+# control-plane binaries built from hack/cluster/*/go.mod (cached per pin set).
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+NODES ?= operator/ambient_operator/samples/nodes-mixed.yaml
+CLUSTER_STATE ?= .cache/cluster
+
+.PHONY: all venv bins lint typecheck unit test demo cluster-up cluster-down crd docs bench clean
+
+all: test
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+bins:
+	hack/build-binaries.sh
+
+lint: venv
+	$(VENV)/bin/ruff check operator tests bench hack
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+# Regenerate the CRDs from the pydantic models (a test fails if they drift).
+crd: venv
+	$(VENV)/bin/ambient-operator crd --output crds/
+
+test: venv bins lint typecheck
+	$(VENV)/bin/pytest -q
+
+cluster-up: venv bins
+	$(PY) -m ambient_operator.devcluster up --state-dir $(CLUSTER_STATE) --nodes $(NODES)
+
+cluster-down: venv
+	$(PY) -m ambient_operator.devcluster down --state-dir $(CLUSTER_STATE)
+
+demo: venv bins
+	$(PY) hack/demo.py
+
+clean:
+	rm -rf $(VENV) .cache .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds the upstream control-plane programs from the Go modules pinned under
+# hack/cluster/, once per pin set. Each module's binaries land in a folder
+# named after the hash of its go.mod and go.sum, under a per-user cache so a
+# fresh clone on the same machine reuses them; .cache/bin in the work tree
+# links to the current set. A pin change gives a new hash and a rebuild.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+store=${AMBIENT_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ambient-operator}
+mkdir -p "$store" .cache/bin .cache/gateway-api
+
+build() { # build MODULE_DIR PACKAGE...
+  local dir=$1; shift
+  local hash
+  hash=$(cat "hack/cluster/$dir/go.mod" "hack/cluster/$dir/go.sum" | sha256sum | cut -c1-16)
+  local out="$store/$dir-$hash"
+  if [ ! -f "$out/.complete" ]; then
+    echo "building $dir ($*) into $out" >&2
+    rm -rf "$out.tmp" && mkdir -p "$out.tmp"
+    (cd "hack/cluster/$dir" && go build -trimpath -ldflags="-s -w" -o "$out.tmp/" "$@")
+    # etcd's server module builds its main package under the name "server".
+    if [ "$dir" = etcd ]; then mv "$out.tmp/server" "$out.tmp/etcd"; fi
+    touch "$out.tmp/.complete"
+    rm -rf "$out" && mv "$out.tmp" "$out"
+  fi
+  for f in "$out"/*; do ln -sfn "$f" "$root/.cache/bin/$(basename "$f")"; done
+}
+
+# The Gateway API CRDs are data, not programs: copy the standard channel of
+# each pinned release out of the module cache.
+crds() { # crds MODULE_DIR NAME
+  local dir=$1 name=$2
+  local src
+  src=$(cd "hack/cluster/$dir" && go mod download -json sigs.k8s.io/gateway-api | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  rm -rf ".cache/gateway-api/$name" && mkdir -p ".cache/gateway-api/$name"
+  cp "$src"/config/crd/standard/*.yaml ".cache/gateway-api/$name/"
+  chmod u+w ".cache/gateway-api/$name"/*.yaml
+}
+
+# SKIP_KUBERNETES=1 builds the rest only (used while bootstrapping).
+build etcd go.etcd.io/etcd/server/v3
+[ -n "${SKIP_KUBERNETES:-}" ] || build kubernetes k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+build kwok sigs.k8s.io/kwok/cmd/kwok
+build helm helm.sh/helm/v3/cmd/helm
+crds gateway-api-v1.4 v1.4
+crds gateway-api-v1.6 v1.6
+ls .cache/bin >&2

@@ -1,0 +1,1 @@
+"""Istio ambient data plane for clusters that mix Linux and Windows nodes."""

@@ -1,0 +1,353 @@
+"""AmbientMesh v1alpha1: the single source of the CRD schema and the operator's view.
+
+Defaults live here and are applied by the operator when it reads an object;
+they are not written into the CRD, so a new operator release can change a
+default (an image tag, say) without rewriting stored objects.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from ambient_operator import constants as c
+from ambient_operator.api.types import (
+    WINDOWS_BUILD_PATTERN,
+    ApiModel,
+    ImageRef,
+    ImageTag,
+    IntOrPercent,
+    LabelMap,
+    Quantity,
+    Repository,
+    is_zero,
+)
+
+SupportedBuild = Literal["10.0.20348", "10.0.26100"]
+PreWs2025Build = Literal["10.0.20348"]
+LogLevel = Literal["trace", "debug", "info", "warn", "error"]
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+class Toleration(ApiModel):
+    """A pod toleration, as in core/v1."""
+
+    key: Annotated[str, Field(max_length=316)] | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: Annotated[str, Field(max_length=63)] | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+Tolerations = Annotated[list[Toleration], Field(max_length=32)]
+QuantityMap = Annotated[dict[str, Quantity], Field(max_length=16)]
+
+
+class Resources(ApiModel):
+    """Compute resources of one container; quantities must be non-negative."""
+
+    requests: QuantityMap | None = None
+    limits: QuantityMap | None = None
+
+
+def _rollout_rules(default_unavailable: int, default_surge: int) -> list[dict[str, str]]:
+    """CEL rules that mirror the DaemonSet validation, with this component's defaults.
+
+    The API server would only reject the DaemonSet the operator renders; saying
+    it on the AmbientMesh tells the user which field to fix before anything runs.
+    """
+    zero = "'^0*%?$'"
+    unavailable = f"string(has(self.maxUnavailable) ? self.maxUnavailable : {default_unavailable})"
+    surge = f"string(has(self.maxSurge) ? self.maxSurge : {default_surge})"
+    return [
+        {
+            "rule": f"!({unavailable}.matches({zero}) && {surge}.matches({zero}))",
+            "message": "maxUnavailable and maxSurge must not both be zero",
+        },
+        {
+            "rule": f"{unavailable}.matches({zero}) || {surge}.matches({zero})",
+            "message": "maxSurge must be zero when maxUnavailable is not (a DaemonSet rule)",
+        },
+    ]
+
+
+class Rollout(ApiModel):
+    """RollingUpdate settings of one DaemonSet."""
+
+    max_unavailable: IntOrPercent | None = None
+    max_surge: IntOrPercent | None = None
+
+    def effective(self, default_unavailable: int, default_surge: int) -> tuple[int | str, int | str]:
+        """(maxUnavailable, maxSurge) after the component's defaults."""
+        unavailable = default_unavailable if self.max_unavailable is None else self.max_unavailable
+        surge = default_surge if self.max_surge is None else self.max_surge
+        return unavailable, surge
+
+    def check(self, default_unavailable: int, default_surge: int) -> None:
+        """Enforce the rules of `_rollout_rules` in Python for offline input."""
+        unavailable, surge = self.effective(default_unavailable, default_surge)
+        if is_zero(unavailable) and is_zero(surge):
+            raise ValueError("maxUnavailable and maxSurge must not both be zero")
+        if not is_zero(unavailable) and not is_zero(surge):
+            raise ValueError("maxSurge must be zero when maxUnavailable is not (a DaemonSet rule)")
+
+
+class ZtunnelRollout(Rollout):
+    """ztunnel surges a new pod before the old one leaves, so traffic never stops."""
+
+    model_config = {"json_schema_extra": {"x-kubernetes-validations": _rollout_rules(0, 1)}}
+
+    @model_validator(mode="after")
+    def _valid(self) -> ZtunnelRollout:
+        self.check(0, 1)
+        return self
+
+
+class CniRollout(Rollout):
+    """istio-cni replaces one node at a time."""
+
+    model_config = {"json_schema_extra": {"x-kubernetes-validations": _rollout_rules(1, 0)}}
+
+    @model_validator(mode="after")
+    def _valid(self) -> CniRollout:
+        self.check(1, 0)
+        return self
+
+
+class ComponentImage(ApiModel):
+    """Image overrides of one agent; unset fields come from hub and tag."""
+
+    linux: ImageRef | None = Field(
+        default=None, description="Full image reference for Linux nodes."
+    )
+    windows: ImageRef | None = Field(
+        default=None,
+        description="Full image reference for every Windows build (HostProcess images "
+        "need not match the host build).",
+    )
+    windows_builds: Annotated[dict[SupportedBuild, ImageRef], Field(max_length=4)] | None = Field(
+        default=None, description="Per-build image references, keyed by Windows build."
+    )
+
+
+class Images(ApiModel):
+    """Where the agent images come from."""
+
+    hub: Repository = "docker.io/istio"
+    tag: ImageTag = "1.28.0"
+    ztunnel: ComponentImage = ComponentImage()
+    istio_cni: ComponentImage = ComponentImage()
+
+
+class Istiod(ApiModel):
+    """How the agents reach istiod."""
+
+    revision: Annotated[str, Field(max_length=53, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")] | None = (
+        Field(default=None, description="Istio revision; selects the Service istiod-<revision>.")
+    )
+    service_name: Annotated[
+        str, Field(max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+    ] | None = Field(default=None, description="istiod Service name (default istiod[-revision]).")
+    address: Annotated[
+        str, Field(max_length=253, pattern=r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")
+    ] | None = Field(default=None, description="host:port of XDS and CA; overrides the Service.")
+
+    def service(self) -> str:
+        """Name of the istiod Service the agents talk to."""
+        if self.service_name:
+            return self.service_name
+        return f"istiod-{self.revision}" if self.revision else "istiod"
+
+
+class LinuxPlatform(ApiModel):
+    """Linux nodes."""
+
+    enabled: bool = True
+    node_selector: LabelMap | None = None
+    tolerations: Tolerations | None = None
+
+
+class WindowsPlatform(ApiModel):
+    """Windows nodes; each supported build gets its own DaemonSets."""
+
+    enabled: bool = True
+    builds: Annotated[list[SupportedBuild], Field(max_length=4)] | None = Field(
+        default=None,
+        description="Builds that get agents. Unset: every supported build present in "
+        "the cluster. Set: exactly these builds, present or not.",
+    )
+    node_selector: LabelMap | None = None
+    tolerations: Tolerations | None = None
+    cni_conf_dir: Annotated[str, Field(max_length=255)] = r"C:\k\azurecni\netconf"
+    cni_bin_dir: Annotated[str, Field(max_length=255)] = r"C:\k\azurecni\bin"
+
+
+class Platforms(ApiModel):
+    """Which operating systems get the data plane."""
+
+    linux: LinuxPlatform = LinuxPlatform()
+    windows: WindowsPlatform = WindowsPlatform()
+
+
+class Ztunnel(ApiModel):
+    """ztunnel settings."""
+
+    rollout: ZtunnelRollout = ZtunnelRollout()
+    resources: Resources = Resources(requests={"cpu": "200m", "memory": "512Mi"})
+    termination_grace_period_seconds: Annotated[int, Field(ge=1, le=3600)] = 30
+
+
+class IstioCni(ApiModel):
+    """istio-cni settings."""
+
+    rollout: CniRollout = CniRollout()
+    resources: Resources = Resources(requests={"cpu": "100m", "memory": "100Mi"})
+
+
+class NewPodWorkaround(ApiModel):
+    """The init container that holds new pods on pre-WS2025 nodes until redirection is on."""
+
+    enabled: bool = True
+    timeout_seconds: Annotated[int, Field(ge=1, le=3600)] = 120
+    images: Annotated[dict[PreWs2025Build, ImageRef], Field(max_length=4)] = {
+        c.BUILD_WS2022: "mcr.microsoft.com/windows/nanoserver:ltsc2022"
+    }
+    multi_build_image: ImageRef | None = Field(
+        default=None,
+        description="Image for pods whose build is not fixed; a manifest list covering "
+        "every supported build. Default: <hub>/redirection-wait:<tag>.",
+    )
+
+
+class AmbientMeshSpec(ApiModel):
+    """What the platform team asks of the ambient data plane."""
+
+    namespace: Annotated[
+        str, Field(max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+    ] = Field(default="istio-system", description="Namespace of the agents and istiod.")
+    images: Images = Images()
+    istiod: Istiod = Istiod()
+    trust_domain: Annotated[
+        str, Field(max_length=253, pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")
+    ] = "cluster.local"
+    cluster_domain: Annotated[
+        str, Field(max_length=253, pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")
+    ] = "cluster.local"
+    platforms: Platforms = Platforms()
+    ztunnel: Ztunnel = Ztunnel()
+    istio_cni: IstioCni = IstioCni()
+    new_pod_workaround: NewPodWorkaround = NewPodWorkaround()
+    priority_class_name: Annotated[str, Field(max_length=253)] = "system-node-critical"
+    log_level: LogLevel = "info"
+
+
+class Condition(ApiModel):
+    """metav1.Condition."""
+
+    type: Annotated[str, Field(max_length=316)]
+    status: ConditionStatus
+    observed_generation: Annotated[int, Field(ge=0)] | None = None
+    last_transition_time: Annotated[str, Field(json_schema_extra={"format": "date-time"})]
+    reason: Annotated[str, Field(max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")]
+    message: Annotated[str, Field(max_length=32768)]
+
+
+class ComponentStatus(ApiModel):
+    """Rollout state of one DaemonSet we own."""
+
+    name: str
+    component: Literal["ztunnel", "istio-cni"]
+    platform: str = Field(description="linux, or the Windows build")
+    desired: int = 0
+    current: int = 0
+    updated: int = 0
+    ready: int = 0
+    available: int = 0
+
+
+class BuildCount(ApiModel):
+    """How many nodes run one Windows build."""
+
+    build: str
+    release: str
+    nodes: int
+    supported: bool
+
+
+class UnsupportedNode(ApiModel):
+    """A node that gets no agent, and why."""
+
+    name: str
+    reason: str
+    message: str
+
+
+class NodeInventory(ApiModel):
+    """Node counts by OS and Windows build, and what is unsupported."""
+
+    total: int = 0
+    linux: int = 0
+    windows: int = 0
+    supported: int = 0
+    unsupported: int = 0
+    windows_builds: list[BuildCount] = []
+    unsupported_nodes: Annotated[list[UnsupportedNode], Field(max_length=20)] = Field(
+        default=[], description="At most 20 examples; `unsupported` has the count."
+    )
+
+
+class PodCounts(ApiModel):
+    """Enrolled pods of one OS by redirection state."""
+
+    enabled: int = 0
+    pending: int = 0
+    missing: int = 0
+
+
+class Enrollment(ApiModel):
+    """What ambient enrollment looks like across namespaces."""
+
+    namespaces: int = 0
+    linux_pods: PodCounts = PodCounts()
+    windows_pods: PodCounts = PodCounts()
+    example_pending_pods: Annotated[list[str], Field(max_length=5)] = []
+    workaround_misses: int = Field(
+        default=0, description="Windows pods admitted without the redirection-wait init container."
+    )
+
+
+class AmbientMeshStatus(ApiModel):
+    """What the operator observed and did."""
+
+    observed_generation: int | None = None
+    conditions: Annotated[list[Condition], Field(max_length=16)] = []
+    components: Annotated[list[ComponentStatus], Field(max_length=64)] = []
+    nodes: NodeInventory = NodeInventory()
+    enrollment: Enrollment = Enrollment()
+    ready_components: str | None = Field(default=None, description="ready/total DaemonSets")
+
+
+class AmbientMesh(ApiModel):
+    """The AmbientMesh object as the operator reads it."""
+
+    api_version: Literal["ambientoperator.io/v1alpha1"] = "ambientoperator.io/v1alpha1"
+    kind: Literal["AmbientMesh"] = "AmbientMesh"
+    metadata: dict[str, Any] = {"name": c.MESH_NAME}
+    spec: AmbientMeshSpec = AmbientMeshSpec()
+    status: AmbientMeshStatus | None = None
+
+    @model_validator(mode="after")
+    def _named_default(self) -> AmbientMesh:
+        if self.metadata.get("name", c.MESH_NAME) != c.MESH_NAME:
+            raise ValueError(f"metadata.name: an AmbientMesh must be named {c.MESH_NAME!r}")
+        return self
+
+
+__all__ = [
+    "WINDOWS_BUILD_PATTERN",
+    "AmbientMesh",
+    "AmbientMeshSpec",
+    "AmbientMeshStatus",
+    "Condition",
+]
