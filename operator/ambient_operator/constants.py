@@ -64,3 +64,15 @@ PORT_ISTIOD_XDS: Final = 15012
 PORT_CNI_READINESS: Final = 8000
 PORT_CNI_METRICS: Final = 15014
 PORT_ENVOY_STATS: Final = 15090
+
+# Gateway API and istiod's gateway deployment conventions (waypoints).
+GATEWAY_API_VERSION: Final = "gateway.networking.k8s.io/v1"
+LABEL_GATEWAY_NAME: Final = "gateway.networking.k8s.io/gateway-name"
+LABEL_GATEWAY_CLASS_NAME: Final = "gateway.networking.k8s.io/gateway-class-name"
+ANNOTATION_GATEWAY_NAME_OVERRIDE: Final = "gateway.istio.io/name-override"
+ANNOTATION_GATEWAY_SERVICE_ACCOUNT: Final = "gateway.istio.io/service-account"
+LABEL_DEFAULTS_FOR_CLASS: Final = "gateway.istio.io/defaults-for-class"
+ISTIO_WAYPOINT_CLASS: Final = "istio-waypoint"
+ISTIO_MESH_CONTROLLER: Final = "istio.io/mesh-controller"
+WAYPOINT_FOR_VALUES: Final = ("service", "workload", "all", "none")
+PROTOCOL_HBONE: Final = "HBONE"

@@ -46,7 +46,10 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
             names = _resolve(value, defs)
             allowed = ", ".join(f"'{name}'" for name in names["enum"])
             rules.append(
-                {"rule": f"self.all(k, k in [{allowed}])", "message": f"keys must be one of {allowed}"}
+                {
+                    "rule": f"self.all(k, k in [{allowed}])",
+                    "message": f"keys must be one of {allowed}",
+                }
             )
             continue
         if key == "const":
@@ -77,8 +80,12 @@ def _printer_columns() -> list[dict[str, Any]]:
     return [
         {"name": "Ready", "type": "string", "jsonPath": cond("Ready")},
         {"name": "Degraded", "type": "string", "jsonPath": cond("Degraded")},
-        {"name": "Agents", "type": "string", "jsonPath": ".status.readyComponents",
-         "description": "DaemonSets with every pod updated and ready / all DaemonSets"},
+        {
+            "name": "Agents",
+            "type": "string",
+            "jsonPath": ".status.readyComponents",
+            "description": "DaemonSets with every pod updated and ready / all DaemonSets",
+        },
         {"name": "Linux", "type": "integer", "jsonPath": ".status.nodes.linux"},
         {"name": "Windows", "type": "integer", "jsonPath": ".status.nodes.windows"},
         {"name": "Unsupported", "type": "integer", "jsonPath": ".status.nodes.unsupported"},
@@ -101,9 +108,8 @@ def ambientmesh_crd() -> dict[str, Any]:
         "x-kubernetes-validations": [
             {
                 "rule": f"self.metadata.name == '{c.MESH_NAME}'",
-                "message": f"there is one AmbientMesh per cluster and it must be named "
+                "message": f"metadata.name: there is one AmbientMesh per cluster, named "
                 f"'{c.MESH_NAME}'",
-                "fieldPath": ".metadata.name",
                 "reason": "FieldValueInvalid",
             }
         ],

@@ -15,7 +15,8 @@ from pydantic.alias_generators import to_camel
 # A reference as `docker pull` takes it: registry host (optionally with a
 # port), path components, then an optional tag and/or digest.
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_HOST = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?/)?"
+_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_HOST = rf"(?:{_LABEL}(?:\.{_LABEL})*(?::[0-9]+)?/)?"
 REPOSITORY_PATTERN = rf"^{_HOST}{_COMPONENT}(?:/{_COMPONENT})*$"
 TAG_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
 IMAGE_PATTERN = (
@@ -78,21 +79,16 @@ def _quantity(value: int | str) -> str:
     return text
 
 
-# Users write `cpu: 1` as often as `cpu: "100m"`, so accept both forms, and
-# check the textual form in the schema with CEL (a pattern alone would let a
-# negative integer through).
+# Users write `cpu: 1` as often as `cpu: "100m"`, so accept both forms. The
+# pattern checks strings and `minimum` integers; neither costs CEL budget.
 Quantity = Annotated[
     int | str,
     AfterValidator(_quantity),
     WithJsonSchema(
         {
             "x-kubernetes-int-or-string": True,
-            "x-kubernetes-validations": [
-                {
-                    "rule": f"string(self).matches('{QUANTITY_PATTERN}')",
-                    "message": "must be a non-negative quantity such as 100m, 1, 512Mi",
-                }
-            ],
+            "pattern": QUANTITY_PATTERN,
+            "minimum": 0,
         }
     ),
 ]
@@ -112,15 +108,7 @@ IntOrPercent = Annotated[
     int | str,
     AfterValidator(_int_or_percent),
     WithJsonSchema(
-        {
-            "x-kubernetes-int-or-string": True,
-            "x-kubernetes-validations": [
-                {
-                    "rule": f"string(self).matches('{PERCENT_OR_INT_PATTERN}')",
-                    "message": "must be a non-negative count or a percentage like '10%'",
-                }
-            ],
-        }
+        {"x-kubernetes-int-or-string": True, "pattern": PERCENT_OR_INT_PATTERN, "minimum": 0}
     ),
 ]
 

@@ -7,9 +7,9 @@ default (an image tag, say) without rewriting stored objects.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, JsonValue, model_validator
 
 from ambient_operator import constants as c
 from ambient_operator.api.types import (
@@ -78,7 +78,9 @@ class Rollout(ApiModel):
     max_unavailable: IntOrPercent | None = None
     max_surge: IntOrPercent | None = None
 
-    def effective(self, default_unavailable: int, default_surge: int) -> tuple[int | str, int | str]:
+    def effective(
+        self, default_unavailable: int, default_surge: int
+    ) -> tuple[int | str, int | str]:
         """(maxUnavailable, maxSurge) after the component's defaults."""
         unavailable = default_unavailable if self.max_unavailable is None else self.max_unavailable
         surge = default_surge if self.max_surge is None else self.max_surge
@@ -96,7 +98,9 @@ class Rollout(ApiModel):
 class ZtunnelRollout(Rollout):
     """ztunnel surges a new pod before the old one leaves, so traffic never stops."""
 
-    model_config = {"json_schema_extra": {"x-kubernetes-validations": _rollout_rules(0, 1)}}
+    model_config = ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": cast(JsonValue, _rollout_rules(0, 1))}
+    )
 
     @model_validator(mode="after")
     def _valid(self) -> ZtunnelRollout:
@@ -107,7 +111,9 @@ class ZtunnelRollout(Rollout):
 class CniRollout(Rollout):
     """istio-cni replaces one node at a time."""
 
-    model_config = {"json_schema_extra": {"x-kubernetes-validations": _rollout_rules(1, 0)}}
+    model_config = ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": cast(JsonValue, _rollout_rules(1, 0))}
+    )
 
     @model_validator(mode="after")
     def _valid(self) -> CniRollout:
@@ -143,15 +149,15 @@ class Images(ApiModel):
 class Istiod(ApiModel):
     """How the agents reach istiod."""
 
-    revision: Annotated[str, Field(max_length=53, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")] | None = (
-        Field(default=None, description="Istio revision; selects the Service istiod-<revision>.")
-    )
-    service_name: Annotated[
-        str, Field(max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
-    ] | None = Field(default=None, description="istiod Service name (default istiod[-revision]).")
-    address: Annotated[
-        str, Field(max_length=253, pattern=r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")
-    ] | None = Field(default=None, description="host:port of XDS and CA; overrides the Service.")
+    revision: (
+        Annotated[str, Field(max_length=53, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")] | None
+    ) = Field(default=None, description="Istio revision; selects the Service istiod-<revision>.")
+    service_name: (
+        Annotated[str, Field(max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")] | None
+    ) = Field(default=None, description="istiod Service name (default istiod[-revision]).")
+    address: (
+        Annotated[str, Field(max_length=253, pattern=r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")] | None
+    ) = Field(default=None, description="host:port of XDS and CA; overrides the Service.")
 
     def service(self) -> str:
         """Name of the istiod Service the agents talk to."""
@@ -164,8 +170,16 @@ class LinuxPlatform(ApiModel):
     """Linux nodes."""
 
     enabled: bool = True
-    node_selector: LabelMap | None = None
-    tolerations: Tolerations | None = None
+    node_selector: LabelMap | None = Field(
+        default=None,
+        description="Extra node labels the agents require; other nodes are reported as "
+        "ExcludedBySpec.",
+    )
+    tolerations: Tolerations | None = Field(
+        default=None,
+        description="Replace the default tolerations, which tolerate every taint; nodes with "
+        "a taint these miss are reported as ExcludedBySpec.",
+    )
 
 
 class WindowsPlatform(ApiModel):
@@ -177,8 +191,16 @@ class WindowsPlatform(ApiModel):
         description="Builds that get agents. Unset: every supported build present in "
         "the cluster. Set: exactly these builds, present or not.",
     )
-    node_selector: LabelMap | None = None
-    tolerations: Tolerations | None = None
+    node_selector: LabelMap | None = Field(
+        default=None,
+        description="Extra node labels the agents require; other nodes are reported as "
+        "ExcludedBySpec.",
+    )
+    tolerations: Tolerations | None = Field(
+        default=None,
+        description="Replace the default tolerations, which tolerate every taint; nodes with "
+        "a taint these miss are reported as ExcludedBySpec.",
+    )
     cni_conf_dir: Annotated[str, Field(max_length=255)] = r"C:\k\azurecni\netconf"
     cni_bin_dir: Annotated[str, Field(max_length=255)] = r"C:\k\azurecni\bin"
 
@@ -193,7 +215,12 @@ class Platforms(ApiModel):
 class Ztunnel(ApiModel):
     """ztunnel settings."""
 
-    rollout: ZtunnelRollout = ZtunnelRollout()
+    rollout: ZtunnelRollout = Field(
+        default=ZtunnelRollout(),
+        description="ztunnel surges a new pod before the old one leaves, so traffic never "
+        "stops. On Windows it uses the host network, where an old and a new pod cannot share "
+        "a node, so there maxSurge is spent as maxUnavailable.",
+    )
     resources: Resources = Resources(requests={"cpu": "200m", "memory": "512Mi"})
     termination_grace_period_seconds: Annotated[int, Field(ge=1, le=3600)] = 30
 
@@ -201,7 +228,11 @@ class Ztunnel(ApiModel):
 class IstioCni(ApiModel):
     """istio-cni settings."""
 
-    rollout: CniRollout = CniRollout()
+    rollout: CniRollout = Field(
+        default=CniRollout(),
+        description="istio-cni replaces one node at a time. It uses the host network, where "
+        "an old and a new pod cannot share a node, so a maxSurge is spent as maxUnavailable.",
+    )
     resources: Resources = Resources(requests={"cpu": "100m", "memory": "100Mi"})
 
 
@@ -220,12 +251,40 @@ class NewPodWorkaround(ApiModel):
     )
 
 
+# Gateway API's patterns for an object name and a GatewayClass controllerName.
+_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+_CONTROLLER = _SUBDOMAIN[:-1] + r"/[A-Za-z0-9/\-._~%!$&'()*+,;=:]+$"
+
+
+class Waypoints(ApiModel):
+    """Waypoint proxies for Gateways of the operator's own class (always on Linux nodes)."""
+
+    class_name: Annotated[str, Field(max_length=253, pattern=_SUBDOMAIN)] = Field(
+        default="ambient-waypoint", description="Name of the GatewayClass the operator keeps."
+    )
+    controller_name: Annotated[str, Field(max_length=253, pattern=_CONTROLLER)] = Field(
+        default="ambientoperator.io/waypoint-controller",
+        description="controllerName of that class; Gateways of any class with it are ours.",
+    )
+    image: ImageRef | None = Field(
+        default=None, description="proxyv2 image. Default: <hub>/proxyv2:<tag>."
+    )
+    resources: Resources = Resources(
+        requests={"cpu": "100m", "memory": "128Mi"}, limits={"cpu": "2", "memory": "1Gi"}
+    )
+    replicas: Annotated[int, Field(ge=0, le=100)] = 1
+    node_selector: LabelMap | None = Field(
+        default=None, description="Extra node labels; kubernetes.io/os is always linux."
+    )
+    tolerations: Tolerations | None = None
+
+
 class AmbientMeshSpec(ApiModel):
     """What the platform team asks of the ambient data plane."""
 
-    namespace: Annotated[
-        str, Field(max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
-    ] = Field(default="istio-system", description="Namespace of the agents and istiod.")
+    namespace: Annotated[str, Field(max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")] = (
+        Field(default="istio-system", description="Namespace of the agents and istiod.")
+    )
     images: Images = Images()
     istiod: Istiod = Istiod()
     trust_domain: Annotated[
@@ -240,6 +299,7 @@ class AmbientMeshSpec(ApiModel):
     new_pod_workaround: NewPodWorkaround = NewPodWorkaround()
     priority_class_name: Annotated[str, Field(max_length=253)] = "system-node-critical"
     log_level: LogLevel = "info"
+    waypoints: Waypoints = Waypoints()
 
 
 class Condition(ApiModel):
@@ -249,7 +309,9 @@ class Condition(ApiModel):
     status: ConditionStatus
     observed_generation: Annotated[int, Field(ge=0)] | None = None
     last_transition_time: Annotated[str, Field(json_schema_extra={"format": "date-time"})]
-    reason: Annotated[str, Field(max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")]
+    reason: Annotated[
+        str, Field(max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    ]
     message: Annotated[str, Field(max_length=32768)]
 
 

@@ -1,0 +1,67 @@
+"""A local Kubernetes control plane for tests and demos, without containers.
+
+The programs are the upstream ones (etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, kwok) built by
+``hack/build-binaries.sh``; see :class:`LocalCluster`. Fake nodes come from an
+inventory file via :func:`create_nodes`.
+"""
+
+from .launcher import (
+    BINARIES,
+    KWOK_NODE_ANNOTATION,
+    KWOK_NODE_VALUE,
+    POD_CIDR,
+    SERVICE_CIDR,
+    ClusterError,
+    LocalCluster,
+    Ports,
+    api_client_for,
+    default_bin_dir,
+    wait_processes_gone,
+)
+from .manifests import (
+    ManifestError,
+    apply_dirs,
+    apply_objects,
+    load_manifests,
+    wait_crds_established,
+)
+from .nodes import (
+    create_nodes,
+    delete_nodes,
+    load_inventory,
+    node_ready,
+    parse_inventory,
+    to_kwok_node,
+    wait_nodes_ready,
+)
+from .process import ProcInfo, find_processes, pid_alive
+
+__all__ = [
+    "BINARIES",
+    "KWOK_NODE_ANNOTATION",
+    "KWOK_NODE_VALUE",
+    "POD_CIDR",
+    "SERVICE_CIDR",
+    "ClusterError",
+    "LocalCluster",
+    "ManifestError",
+    "Ports",
+    "ProcInfo",
+    "api_client_for",
+    "apply_dirs",
+    "apply_objects",
+    "create_nodes",
+    "default_bin_dir",
+    "delete_nodes",
+    "find_processes",
+    "load_inventory",
+    "load_manifests",
+    "node_ready",
+    "parse_inventory",
+    "pid_alive",
+    "to_kwok_node",
+    "wait_crds_established",
+    "wait_nodes_ready",
+    "wait_processes_gone",
+]

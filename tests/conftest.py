@@ -1,0 +1,189 @@
+"""Shared fixtures: one real local control plane per test session.
+
+``cluster`` starts etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and kwok from ``$AMBIENT_BIN_DIR`` (default ``.cache/bin``);
+``k8s`` is an admin ApiClient for it; ``sample_nodes`` creates the sample
+mixed Linux/Windows inventory once; ``namespace`` gives each test its own
+namespace. Tests that use ``cluster`` get the ``cluster`` marker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from ambient_operator.devcluster import (
+    BINARIES,
+    LocalCluster,
+    api_client_for,
+    apply_dirs,
+    create_nodes,
+    default_bin_dir,
+    find_processes,
+    wait_processes_gone,
+)
+
+T = TypeVar("T")
+
+BIN_DIR = default_bin_dir()
+SAMPLE_NODES = (
+    Path(__file__).resolve().parents[1]
+    / "operator"
+    / "ambient_operator"
+    / "samples"
+    / "nodes-mixed.yaml"
+)
+
+
+def wait_for(
+    predicate: Callable[[], T | None],
+    timeout: float = 30.0,
+    message: str = "condition",
+    interval: float = 0.2,
+) -> T:
+    """Poll ``predicate`` until it returns something truthy and return that.
+
+    Exceptions from the predicate count as "not yet" (an object may not exist
+    yet); the last one is chained to the ``TimeoutError`` raised at the
+    deadline.
+    """
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while True:
+        try:
+            value = predicate()
+        except Exception as exc:  # retried until the deadline
+            last_exc = exc
+        else:
+            if value:
+                return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {message}") from last_exc
+        time.sleep(interval)
+
+
+def binaries_present(bin_dir: Path = BIN_DIR) -> bool:
+    """Whether every control-plane program is built."""
+    return all((bin_dir / b).exists() for b in BINARIES)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that (transitively) uses the ``cluster`` fixture."""
+    for item in items:
+        if "cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
+
+
+def _leaked(basetemp: Path) -> list[int]:
+    exes = [BIN_DIR / b for b in BINARIES if (BIN_DIR / b).exists()]
+    procs = find_processes(exe_in=exes, cmdline_contains=str(basetemp))
+    # Detached `up` daemons are Python processes, not one of the binaries.
+    procs += [
+        p
+        for p in find_processes(cmdline_contains=str(basetemp))
+        if any("ambient_operator.devcluster" in a for a in p.cmdline)
+    ]
+    return sorted({p.pid for p in procs})
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_leaked_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """After everything else is torn down, no control-plane process started by
+    this session (they all reference the session's temp dir) may remain."""
+    basetemp = tmp_path_factory.getbasetemp()
+    yield
+    survivors = wait_processes_gone(_leaked(basetemp), timeout=15)
+    if survivors:
+        for pid in survivors:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        pytest.fail(f"control-plane processes outlived the test session: {survivors}")
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """The session's local control plane."""
+    if not binaries_present():
+        pytest.fail(f"control-plane binaries missing in {BIN_DIR}; run hack/build-binaries.sh")
+    workdir = tmp_path_factory.mktemp("devcluster")
+    with LocalCluster(workdir, bin_dir=BIN_DIR) as local:
+        pids = list(local.pids().values())
+        yield local
+    leftovers = local.leftover_processes()
+    assert not wait_processes_gone(pids, timeout=5) and not leftovers, (
+        f"processes left after stopping the cluster: {leftovers}"
+    )
+
+
+@pytest.fixture(scope="session")
+def k8s(cluster: LocalCluster) -> Iterator[client.ApiClient]:
+    """Admin ApiClient bound to the session cluster (global config untouched)."""
+    with api_client_for(cluster.kubeconfig) as api:
+        yield api
+
+
+@pytest.fixture(scope="session")
+def sample_nodes(k8s: client.ApiClient) -> list[str]:
+    """The sample inventory as Ready kwok nodes, created once per session and
+    left in place; tests must not modify or delete them (add extra nodes with
+    unique names instead)."""
+    return create_nodes(k8s, SAMPLE_NODES, timeout=60)
+
+
+def _dns_label(text: str, limit: int) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:limit].strip("-")
+
+
+def unique_name(prefix: str) -> str:
+    """A DNS-label-safe name that no other test uses."""
+    return f"{_dns_label(prefix, 40)}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+def namespace(k8s: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace whose ``default`` ServiceAccount exists; deleted after the test."""
+    core = client.CoreV1Api(k8s)
+    name = unique_name(f"t-{request.node.name}")
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    # Pods are rejected until the serviceaccount controller made "default".
+    wait_for(
+        lambda: core.read_namespaced_service_account("default", name),
+        timeout=30,
+        message=f"ServiceAccount default in {name}",
+    )
+    yield name
+    with contextlib.suppress(ApiException):
+        core.delete_namespace(name)
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def crds_installed(k8s: client.ApiClient) -> None:
+    """The repository's own CRDs (``crds/``) applied and Established."""
+    apply_dirs(k8s, [REPO_ROOT / "crds"], timeout=60)
+
+
+@pytest.fixture(scope="session")
+def gateway_api_crds(k8s: client.ApiClient) -> None:
+    """Gateway API v1.6 standard CRDs (and their safe-upgrades policy) applied.
+
+    The policy rejects Gateway API CRDs older than v1.5 afterwards, so tests
+    that need v1.4 must use their own cluster.
+    """
+    folder = REPO_ROOT / ".cache" / "gateway-api" / "v1.6"
+    if not folder.is_dir():
+        pytest.fail(f"{folder} missing; run hack/build-binaries.sh")
+    apply_dirs(k8s, [folder], timeout=60)
