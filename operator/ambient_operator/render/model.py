@@ -1,0 +1,82 @@
+"""What rendering returns: the desired objects and the reasons behind them."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ambient_operator import constants as c
+from ambient_operator.api.v1alpha1 import BuildCount, NodeInventory, UnsupportedNode
+
+Component = Literal["ztunnel", "istio-cni"]
+PLATFORM_LINUX = "linux"
+# Platform label of objects every platform shares (ServiceAccounts, RBAC).
+PLATFORM_ALL = "all"
+UNKNOWN_BUILD = "unknown"
+# The status field keeps a handful of examples; the count says how many there are.
+MAX_UNSUPPORTED_EXAMPLES = 20
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    """Whether one node gets the data-plane agents, and if not, why."""
+
+    node: str
+    os: str | None
+    build: str | None
+    supported: bool
+    reason: str | None = None
+    message: str | None = None
+    # "linux" or the Windows build whose DaemonSets run on the node.
+    platform: str | None = None
+
+
+@dataclass(frozen=True)
+class DaemonSetPlan:
+    """One rendered DaemonSet and the nodes it is meant to run on."""
+
+    name: str
+    component: Component
+    platform: str
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RenderResult:
+    """Desired objects in apply order, plus what the status needs to explain them."""
+
+    objects: tuple[dict[str, Any], ...]
+    verdicts: tuple[NodeVerdict, ...]
+    daemonsets: tuple[DaemonSetPlan, ...]
+    warnings: tuple[str, ...]
+
+    def unsupported(self) -> tuple[NodeVerdict, ...]:
+        """Verdicts of the nodes that get no agent."""
+        return tuple(v for v in self.verdicts if not v.supported)
+
+    def inventory(self) -> NodeInventory:
+        """Node counts by OS and build, and examples of unsupported nodes, for the status."""
+        windows = [v for v in self.verdicts if v.os == "windows"]
+        per_build = Counter(v.build or UNKNOWN_BUILD for v in windows)
+        unsupported = self.unsupported()
+        return NodeInventory(
+            total=len(self.verdicts),
+            linux=sum(1 for v in self.verdicts if v.os == "linux"),
+            windows=len(windows),
+            supported=len(self.verdicts) - len(unsupported),
+            unsupported=len(unsupported),
+            windows_builds=[
+                BuildCount(
+                    build=build,
+                    release=c.WINDOWS_BUILD_NAMES.get(build, UNKNOWN_BUILD),
+                    nodes=count,
+                    supported=build in c.SUPPORTED_WINDOWS_BUILDS,
+                )
+                for build, count in sorted(per_build.items())
+            ],
+            unsupported_nodes=[
+                UnsupportedNode(name=v.node, reason=v.reason or "", message=v.message or "")
+                for v in unsupported[:MAX_UNSUPPORTED_EXAMPLES]
+            ],
+        )
