@@ -1,0 +1,218 @@
+"""A small synchronous REST client over the official kubernetes ApiClient.
+
+Only what the operator needs: get, list, server-side apply, merge patch,
+create, delete. Controllers call it through `asyncio.to_thread`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+from ambient_operator import constants as c
+from ambient_operator import metrics
+from ambient_operator.kube.resources import Kind, kind_of
+
+_WRITES = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+class KubeError(Exception):
+    """An API call failed; `status` is the HTTP code (0 when no answer came)."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @classmethod
+    def from_body(cls, status: int, reason: str, text: str) -> KubeError:
+        """Read the Status object the API server sent, when there is one."""
+        message = text
+        try:
+            body = json.loads(text or "{}")
+            reason = body.get("reason") or reason
+            message = body.get("message") or message
+        except (ValueError, AttributeError):
+            pass
+        return cls(status, str(reason), message)
+
+    @classmethod
+    def from_api(cls, exc: ApiException) -> KubeError:
+        """From the client library's exception."""
+        return cls.from_body(int(exc.status or 0), str(exc.reason or ""), str(exc.body or ""))
+
+
+def load_api_client(kubeconfig: str | None = None) -> k8s_client.ApiClient:
+    """An ApiClient from a kubeconfig file, or in-cluster config when there is none."""
+    configuration = k8s_client.Configuration()
+    if kubeconfig:
+        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    else:
+        try:
+            k8s_config.load_incluster_config(client_configuration=configuration)
+        except k8s_config.ConfigException:
+            k8s_config.load_kube_config(client_configuration=configuration)
+    # Controllers run API calls in a thread pool; give urllib3 room for them.
+    configuration.connection_pool_maxsize = 16
+    return k8s_client.ApiClient(configuration)
+
+
+class Kube:
+    """REST calls with our field manager, typed results and counted requests."""
+
+    def __init__(
+        self,
+        api: k8s_client.ApiClient,
+        field_manager: str = c.FIELD_MANAGER,
+        timeout: float = 30.0,
+    ) -> None:
+        self.api = api
+        self.field_manager = field_manager
+        self.timeout = timeout
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: Iterable[tuple[str, str]] = (),
+        content_type: str = "application/json",
+    ) -> Any:
+        """One API call; raises KubeError on any non-2xx answer."""
+        try:
+            _, url, headers, payload, _ = self.api.param_serialize(
+                method,
+                path,
+                query_params=list(query),
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            response = self.api.call_api(
+                method, url, header_params=headers, body=payload, _request_timeout=self.timeout
+            )
+            response.read()
+        except ApiException as exc:
+            metrics.API_REQUESTS.labels(method=method, code=str(exc.status or 0)).inc()
+            raise KubeError.from_api(exc) from None
+        except (OSError, urllib3.exceptions.HTTPError) as exc:
+            metrics.API_REQUESTS.labels(method=method, code="0").inc()
+            raise KubeError(0, "ConnectionError", str(exc)) from None
+        status = int(response.status)
+        metrics.API_REQUESTS.labels(method=method, code=f"{status // 100}xx").inc()
+        text = (response.data or b"").decode(errors="replace")
+        if status >= 400:
+            raise KubeError.from_body(status, response.reason or "", text)
+        if method in _WRITES:
+            metrics.API_WRITES.labels(method=method).inc()
+        return json.loads(text) if text else None
+
+    def get(self, kind: Kind, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        """The object, or None when it does not exist."""
+        try:
+            obj: dict[str, Any] = self.request("GET", kind.path(name, namespace))
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return obj
+
+    def list(
+        self, kind: Kind, namespace: str | None = None, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Every object of a kind (in one namespace, or everywhere)."""
+        query = [("labelSelector", label_selector)] if label_selector else []
+        result = self.request("GET", kind.collection(namespace), query=query)
+        items: list[dict[str, Any]] = result.get("items", [])
+        for item in items:  # lists leave out the type fields of their items
+            item.setdefault("apiVersion", kind.api_version)
+            item.setdefault("kind", kind.kind)
+        return items
+
+    def apply(self, obj: Mapping[str, Any], *, force: bool = True) -> dict[str, Any]:
+        """Server-side apply under our field manager."""
+        kind = kind_of(dict(obj))
+        meta = obj["metadata"]
+        query = [("fieldManager", self.field_manager)]
+        if force:
+            query.append(("force", "true"))
+        result: dict[str, Any] = self.request(
+            "PATCH",
+            kind.path(meta["name"], meta.get("namespace")),
+            body=dict(obj),
+            query=query,
+            content_type="application/apply-patch+yaml",
+        )
+        return result
+
+    def apply_status(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply of the status subresource."""
+        kind = kind_of(dict(obj))
+        meta = obj["metadata"]
+        result: dict[str, Any] = self.request(
+            "PATCH",
+            kind.path(meta["name"], meta.get("namespace")) + "/status",
+            body=dict(obj),
+            query=[("fieldManager", self.field_manager), ("force", "true")],
+            content_type="application/apply-patch+yaml",
+        )
+        return result
+
+    def merge_patch(
+        self,
+        kind: Kind,
+        name: str,
+        namespace: str | None,
+        patch: Mapping[str, Any],
+        *,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """A JSON merge patch, optionally of a subresource."""
+        path = kind.path(name, namespace) + (f"/{subresource}" if subresource else "")
+        result: dict[str, Any] = self.request(
+            "PATCH",
+            path,
+            body=dict(patch),
+            query=[("fieldManager", self.field_manager)],
+            content_type="application/merge-patch+json",
+        )
+        return result
+
+    def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """POST a new object."""
+        kind = kind_of(dict(obj))
+        namespace = obj["metadata"].get("namespace")
+        result: dict[str, Any] = self.request(
+            "POST",
+            kind.collection(namespace),
+            body=dict(obj),
+            query=[("fieldManager", self.field_manager)],
+        )
+        return result
+
+    def delete(
+        self, kind: Kind, name: str, namespace: str | None = None, *, uid: str | None = None
+    ) -> bool:
+        """Delete (background propagation); False when it was already gone.
+
+        With `uid`, only that incarnation is deleted, never a namesake that
+        someone created meanwhile.
+        """
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            self.request("DELETE", kind.path(name, namespace), body=body)
+        except KubeError as exc:
+            if exc.status in (404, 409):
+                return False
+            raise
+        return True

@@ -1,0 +1,440 @@
+"""`ambient-operator run`: kopf watches feed the caches; one loop reconciles.
+
+kopf is used for what it does well (watch streams, liveness, admission);
+its per-object handlers here only record what they see and pull a trigger.
+Only `on.event` handlers are used: they keep no progress annotations and
+add no finalizers, so the operator writes nothing on Nodes, Namespaces or
+anything else it does not own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from ambient_operator import constants as c
+from ambient_operator.apply import key_of
+from ambient_operator.controllers.dataplane import DataplaneController
+from ambient_operator.controllers.namespaces import NamespaceChecker
+from ambient_operator.events import EventRecorder
+from ambient_operator.kube.client import Kube, KubeError, load_api_client
+from ambient_operator.kube.resources import KINDS
+from ambient_operator.leader import LeaderElector
+from ambient_operator.metrics import serve as serve_metrics
+from ambient_operator.state import ClusterState, PodSummary
+from ambient_operator.waypoints.controller import register as register_waypoints
+from ambient_operator.webhook import WebhookOptions
+from ambient_operator.webhook import register as register_webhook
+
+log = logging.getLogger(__name__)
+MANAGED = {c.LABEL_MANAGED_BY: c.MANAGED_BY}
+OWNED_API_KINDS = [
+    ("apps/v1", "DaemonSet"),
+    ("v1", "ServiceAccount"),
+    ("v1", "ConfigMap"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+]
+
+
+@dataclass(frozen=True)
+class Options:
+    """Settings of `run`, from flags or environment variables."""
+
+    kubeconfig: str | None = None
+    metrics_port: int = 9090
+    health_port: int = 8080
+    log_format: str = "text"
+    log_level: str = "info"
+    leader_election: bool = False
+    lease_namespace: str = "istio-system"
+    lease_name: str = "ambient-operator"
+    lease_seconds: float = 15.0
+    debounce_seconds: float = 0.2
+    max_delay_seconds: float = 1.0
+    # Pod and rollout progress only changes status: batch it more.
+    status_delay_seconds: float = 3.0
+    resync_seconds: float = 300.0
+    identity: str = ""
+    webhook: WebhookOptions = field(default_factory=WebhookOptions)
+
+
+def _rv(obj: Mapping[str, Any]) -> int:
+    try:
+        return int(obj.get("metadata", {}).get("resourceVersion", "0"))
+    except ValueError:
+        return 0
+
+
+def _desired_part(obj: Mapping[str, Any]) -> Any:
+    """What of one of our objects we (or a drifting user) write: all but status."""
+    meta = obj.get("metadata", {})
+    return (
+        meta.get("generation"),
+        meta.get("labels"),
+        meta.get("annotations"),
+        {k: v for k, v in obj.items() if k not in ("metadata", "status")},
+    )
+
+
+def _node_shape(node: Mapping[str, Any]) -> Any:
+    """What render reads from a Node; heartbeats change nothing here.
+
+    Condition taints (node.kubernetes.io/not-ready and friends) come and go
+    with node health and are tolerated by every DaemonSet pod anyway.
+    """
+    meta = node.get("metadata", {})
+    status = node.get("status") or {}
+    taints = [
+        t
+        for t in (node.get("spec") or {}).get("taints") or []
+        if not str(t.get("key", "")).startswith("node.kubernetes.io/")
+    ]
+    return (meta.get("labels"), taints, status.get("nodeInfo"))
+
+
+class Operator:
+    """Wires the caches, the controllers and kopf together."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self._last_pass_end = float("-inf")
+        self._gap = 0.0
+        if options.kubeconfig:
+            # kopf's own login reads the kubeconfig the standard way.
+            os.environ["KUBECONFIG"] = options.kubeconfig
+        self.state = ClusterState()
+        self.kube = Kube(load_api_client(options.kubeconfig))
+        identity = options.identity or os.environ.get("POD_NAME") or socket.gethostname()
+        self.events = EventRecorder(self.kube, instance=identity)
+        self.dataplane = DataplaneController(self.state, self.kube, self.events)
+        self.namespaces = NamespaceChecker(self.state, self.kube, self.events)
+        self.elector = (
+            LeaderElector(
+                self.kube,
+                options.lease_namespace,
+                options.lease_name,
+                identity,
+                lease_seconds=options.lease_seconds,
+            )
+            if options.leader_election
+            else None
+        )
+        self.registry = kopf.OperatorRegistry()
+        self._register()
+        self.webhook = register_webhook(self)
+        self.waypoints = register_waypoints(self)
+
+    # -- watches ------------------------------------------------------------
+    def _register(self) -> None:
+        reg = self.registry
+        state = self.state
+
+        @kopf.on.login(registry=reg)
+        def login(**_: Any) -> kopf.ConnectionInfo:
+            # A custom registry has no default login. Load the credentials
+            # afresh each time: kopf logs in again when a token expires.
+            return connection_info(load_api_client(self.options.kubeconfig).configuration)
+
+        @kopf.on.startup(registry=reg)
+        async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+            settings.posting.enabled = False  # we post our own, deduplicated Events
+            settings.watching.server_timeout = 300
+            settings.watching.client_timeout = 330
+            settings.networking.request_timeout = 30
+            settings.persistence.finalizer = (
+                "ambientoperator.io/unused"  # never added: no such handlers
+            )
+            self.dataplane.kube_version = await asyncio.to_thread(self._kube_version)
+
+        @kopf.on.event(c.API_GROUP, c.API_VERSION, c.PLURAL, registry=reg)
+        def mesh_event(type: str | None, body: kopf.Body, name: str, **_: Any) -> None:
+            if name != c.MESH_NAME:
+                return
+            state.mesh = None if type == "DELETED" else copy.deepcopy(dict(body))
+            state.poke()
+
+        @kopf.on.event("", "v1", "nodes", registry=reg)
+        def node_event(type: str | None, body: kopf.Body, name: str, **_: Any) -> None:
+            if type == "DELETED":
+                state.nodes.pop(name, None)
+                state.poke()
+                return
+            node = copy.deepcopy(dict(body))
+            old = state.nodes.get(name)
+            state.nodes[name] = node
+            if old is None or _node_shape(old) != _node_shape(node):
+                state.poke()
+
+        def istiod_or_dns(name: str, **_: Any) -> bool:
+            return name.startswith("istiod") or name == "kube-dns"
+
+        @kopf.on.event("", "v1", "services", when=istiod_or_dns, registry=reg)
+        def service_event(
+            type: str | None, body: kopf.Body, name: str, namespace: str | None, **_: Any
+        ) -> None:
+            if type == "DELETED":
+                state.services.pop((namespace or "", name), None)
+            else:
+                state.services[(namespace or "", name)] = copy.deepcopy(dict(body))
+            state.poke()
+
+        @kopf.on.event("apps", "v1", "deployments", when=istiod_or_dns, registry=reg)
+        def deployment_event(
+            type: str | None, body: kopf.Body, name: str, namespace: str | None, **_: Any
+        ) -> None:
+            if type == "DELETED":
+                state.deployments.pop((namespace or "", name), None)
+            else:
+                state.deployments[(namespace or "", name)] = copy.deepcopy(dict(body))
+            state.poke()
+
+        for api_version, kind_name in OWNED_API_KINDS:
+            kind = KINDS[(api_version, kind_name)]
+            group, version, plural = kind.group, api_version.rpartition("/")[2], kind.plural
+
+            @kopf.on.event(
+                group, version, plural, labels=MANAGED, registry=reg, id=f"owned-{plural}"
+            )
+            def owned_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+                obj = copy.deepcopy(dict(body))
+                if type != "DELETED":
+                    cached = state.owned.get(key_of(obj))
+                    # An apply response may be newer than a late watch event.
+                    if cached is not None and _rv(cached) > _rv(obj):
+                        return
+                before = state.owned.get(key_of(obj))
+                state.remember_owned(obj, deleted=type == "DELETED")
+                # A rollout moving along is status; an edit or a deletion is drift.
+                state.poke(
+                    urgent=type == "DELETED"
+                    or before is None
+                    or _desired_part(before) != _desired_part(obj)
+                )
+
+        @kopf.on.event("", "v1", "namespaces", registry=reg)
+        def namespace_event(type: str | None, body: kopf.Body, name: str, **_: Any) -> None:
+            if type == "DELETED":
+                state.namespaces.pop(name, None)
+            else:
+                labels = dict(body.get("metadata", {}).get("labels") or {})
+                old = state.namespaces.get(name)
+                state.namespaces[name] = {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": name, "uid": body["metadata"].get("uid")},
+                    "labels": labels,
+                }
+                if old is not None and old["labels"] == labels:
+                    return
+            state.poke()
+
+        @kopf.on.event("", "v1", "pods", registry=reg)
+        def pod_event(
+            type: str | None, body: kopf.Body, name: str, namespace: str | None, **_: Any
+        ) -> None:
+            key = (namespace or "", name)
+            if type == "DELETED":
+                if state.pods.pop(key, None) is not None:
+                    state.poke(urgent=False)
+                return
+            summary = PodSummary.of(body)
+            if state.pods.get(key) != summary:
+                state.pods[key] = summary
+                state.poke(urgent=False)
+
+        @kopf.on.event("gateway.networking.k8s.io", "v1", "gateways", registry=reg)
+        def gateway_event(
+            type: str | None, body: kopf.Body, name: str, namespace: str | None, **_: Any
+        ) -> None:
+            if type == "DELETED":
+                state.gateways.pop((namespace or "", name), None)
+            else:
+                state.gateways[(namespace or "", name)] = copy.deepcopy(dict(body))
+            state.poke()
+
+        @kopf.on.startup(registry=reg)
+        async def start_loop(memo: kopf.Memo, **_: Any) -> None:
+            # Fill the caches before the first reconcile: a pass over half-loaded
+            # caches would prune the agents of nodes not seen yet.
+            await asyncio.to_thread(self.prime)
+            memo["loop"] = asyncio.create_task(self.loop(), name="reconcile-loop")
+            if self.elector is not None:
+                memo["elector"] = asyncio.create_task(
+                    self.elector.run(lambda _leading: state.poke()), name="leader-election"
+                )
+
+        @kopf.on.cleanup(registry=reg)
+        async def stop_loop(memo: kopf.Memo, **_: Any) -> None:
+            for key in ("loop", "elector"):
+                task = memo.get(key)
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            if self.elector is not None:
+                await asyncio.to_thread(self.elector.release)
+
+    def prime(self) -> None:
+        """List once what the watches will keep current."""
+        state, kube = self.state, self.kube
+        state.mesh = kube.get(KINDS[(f"{c.API_GROUP}/{c.API_VERSION}", c.KIND)], c.MESH_NAME)
+        for node in kube.list(KINDS[("v1", "Node")]):
+            state.nodes[node["metadata"]["name"]] = node
+        for kind, cache in (
+            (KINDS[("v1", "Service")], state.services),
+            (KINDS[("apps/v1", "Deployment")], state.deployments),
+        ):
+            for obj in kube.list(kind):
+                meta = obj["metadata"]
+                if meta["name"].startswith("istiod") or meta["name"] == "kube-dns":
+                    cache[(meta["namespace"], meta["name"])] = obj
+        selector = f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY}"
+        for api_version, kind_name in OWNED_API_KINDS:
+            for obj in kube.list(KINDS[(api_version, kind_name)], label_selector=selector):
+                state.remember_owned(obj)
+        for ns in kube.list(KINDS[("v1", "Namespace")]):
+            meta = ns["metadata"]
+            state.namespaces[meta["name"]] = {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": meta["name"], "uid": meta.get("uid")},
+                "labels": dict(meta.get("labels") or {}),
+            }
+        for pod in kube.list(KINDS[("v1", "Pod")]):
+            summary = PodSummary.of(pod)
+            state.pods[(summary.namespace, summary.name)] = summary
+        try:
+            for gw in kube.list(KINDS[("gateway.networking.k8s.io/v1", "Gateway")]):
+                state.gateways[(gw["metadata"]["namespace"], gw["metadata"]["name"])] = gw
+        except KubeError as exc:
+            if exc.status != 404:  # Gateway API not installed: nothing to know
+                raise
+        state.poke()
+
+    def _kube_version(self) -> str:
+        info = self.kube.request("GET", "/version")
+        minor = str(info.get("minor", "")).rstrip("+")
+        return f"{info.get('major', '1')}.{minor}" if minor else "1.37"
+
+    # -- the loop -------------------------------------------------------------
+    async def _settle(self) -> None:
+        """Wait for a quiet moment (or the max delay) so a burst is one reconcile."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while True:
+            self.state.trigger.clear()
+            limit = (
+                self.options.max_delay_seconds
+                if self.state.urgent
+                else self.options.status_delay_seconds
+            )
+            left = started + limit - loop.time()
+            if left <= 0:
+                return
+            try:
+                await asyncio.wait_for(
+                    self.state.trigger.wait(), timeout=min(self.options.debounce_seconds, left)
+                )
+            except TimeoutError:
+                return
+
+    async def loop(self) -> None:
+        """Reconcile on every trigger and on the resync period, while we lead."""
+        while True:
+            # A timeout here is the periodic resync.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self.state.trigger.wait(), timeout=self.options.resync_seconds
+                )
+            await self._space_out()
+            await self._settle()
+            self.state.urgent = False
+            if self.elector is not None and not self.elector.leading:
+                continue  # the elector pokes us when we take over
+            try:
+                await self.dataplane.reconcile()
+                await self.namespaces.check_all()
+                await self.waypoints.reconcile()
+                if self.webhook.misses is not None:
+                    await self.webhook.misses.check()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # The loop is the operator: one bad pass must not end it.
+                log.exception("reconcile pass failed; retrying")
+                await asyncio.sleep(1)
+                self.state.trigger.set()
+            self._last_pass_end = asyncio.get_running_loop().time()
+
+    async def _space_out(self) -> None:
+        """Under sustained churn, leave growing gaps between passes.
+
+        An isolated change is handled within the debounce; a stream of them
+        (200 nodes joining, a rollout) is folded into a handful of passes:
+        each pass that follows another closely doubles the gap, up to 5 s.
+        """
+        loop = asyncio.get_running_loop()
+        since = loop.time() - self._last_pass_end
+        if since < 2.0:
+            self._gap = min(max(self._gap * 2, 0.5), 5.0)
+        else:
+            self._gap = 0.0
+        if self._gap > since:
+            await asyncio.sleep(self._gap - since)
+
+    def run(self) -> None:
+        """Run until SIGINT/SIGTERM."""
+        serve_metrics(self.options.metrics_port)
+        liveness = (
+            f"http://0.0.0.0:{self.options.health_port}/healthz"
+            if self.options.health_port
+            else None
+        )
+        kopf.run(
+            registry=self.registry,
+            clusterwide=True,
+            standalone=True,
+            liveness_endpoint=liveness,
+        )
+
+
+def connection_info(cfg: Any) -> kopf.ConnectionInfo:
+    """kopf's connection settings from a kubernetes client Configuration."""
+    header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
+        "authorization"
+    )
+    scheme, token = None, None
+    if header:
+        first, _, rest = str(header).partition(" ")
+        scheme, token = (first, rest) if rest else (None, first)
+    return kopf.ConnectionInfo(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert or None,
+        insecure=not cfg.verify_ssl,
+        username=cfg.username or None,
+        password=cfg.password or None,
+        scheme=scheme,
+        token=token,
+        certificate_path=cfg.cert_file or None,
+        private_key_path=cfg.key_file or None,
+    )
+
+
+def configure_logging(fmt: str, level: str) -> None:
+    """Structured (json) or text logs at the given level."""
+    kopf.configure(
+        debug=level == "debug",
+        quiet=level in ("warning", "error"),
+        log_format=kopf.LogFormat.JSON if fmt == "json" else kopf.LogFormat.FULL,
+    )
+    logging.getLogger().setLevel(level.upper())

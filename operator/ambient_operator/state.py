@@ -1,0 +1,96 @@
+"""What the operator knows of the cluster, kept current by watch events.
+
+Handlers only put what they see here and pull the trigger; the reconcile
+loop reads it. Pods are kept as small summaries, not whole objects, so
+memory stays flat with thousands of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ambient_operator import constants as c
+from ambient_operator.apply import LABEL_CONTROLLER, ObjectKey, key_of
+
+SIDECAR_STATUS_ANNOTATION = "sidecar.istio.io/status"
+SIDECAR_INJECT_LABEL = "sidecar.istio.io/inject"
+
+
+@dataclass(frozen=True)
+class PodSummary:
+    """The few facts of a pod that enrollment needs."""
+
+    namespace: str
+    name: str
+    mode: str | None  # its own istio.io/dataplane-mode label
+    sidecar: bool
+    host_network: bool
+    os: str | None  # from spec.os.name or nodeSelector; else the node decides
+    node: str | None
+    redirection: str | None
+    phase: str | None
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any]) -> PodSummary:
+        """Summarise a Pod object."""
+        meta = pod.get("metadata", {})
+        spec = pod.get("spec", {})
+        labels = meta.get("labels") or {}
+        annotations = meta.get("annotations") or {}
+        os_name = (spec.get("os") or {}).get("name") or (spec.get("nodeSelector") or {}).get(
+            c.LABEL_OS
+        )
+        return cls(
+            namespace=meta.get("namespace", ""),
+            name=meta.get("name", ""),
+            mode=labels.get(c.LABEL_DATAPLANE_MODE),
+            sidecar=SIDECAR_STATUS_ANNOTATION in annotations
+            or labels.get(SIDECAR_INJECT_LABEL) == "true",
+            host_network=bool(spec.get("hostNetwork")),
+            os=os_name,
+            node=spec.get("nodeName"),
+            redirection=annotations.get(c.ANNOTATION_REDIRECTION),
+            phase=(pod.get("status") or {}).get("phase"),
+        )
+
+
+@dataclass
+class ClusterState:
+    """Caches fed by watches, and the trigger of the data-plane reconcile."""
+
+    mesh: dict[str, Any] | None = None
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    services: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    deployments: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    owned: dict[ObjectKey, dict[str, Any]] = field(default_factory=dict)
+    namespaces: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pods: dict[tuple[str, str], PodSummary] = field(default_factory=dict)
+    gateways: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    trigger: asyncio.Event = field(default_factory=asyncio.Event)
+    # Whether a pending change can alter what we write (a node, the spec, one
+    # of our objects) rather than only what status reports (pods, rollouts).
+    urgent: bool = False
+
+    def poke(self, urgent: bool = True) -> None:
+        """Ask the reconcile loop to run: soon when urgent, else within seconds."""
+        self.urgent = self.urgent or urgent
+        self.trigger.set()
+
+    def owned_by(self, controller: str) -> dict[ObjectKey, dict[str, Any]]:
+        """The prune set of one controller."""
+        return {
+            key: obj
+            for key, obj in self.owned.items()
+            if (obj.get("metadata", {}).get("labels") or {}).get(LABEL_CONTROLLER) == controller
+        }
+
+    def remember_owned(self, obj: dict[str, Any], deleted: bool = False) -> None:
+        """Record a live object of ours (from a watch or an apply response)."""
+        key = key_of(obj)
+        if deleted:
+            self.owned.pop(key, None)
+        else:
+            self.owned[key] = obj

@@ -1,0 +1,865 @@
+"""Waypoints from Gateway API resources: watches feed caches, one pass reconciles.
+
+Thin on purpose: render.py decides, apply.py writes, status.py judges. This
+module keeps the caches the watches fill, knows which Gateways changed since
+the last pass (only those are reconciled), and talks to the API server.
+
+Handlers are coroutines so they run on the event loop, like the reconcile
+that reads what they write; nothing here is touched from a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import functools
+import logging
+import time
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import kopf
+from pydantic import ValidationError
+
+from ambient_operator import constants as c
+from ambient_operator import metrics
+from ambient_operator.api.v1alpha1 import AmbientMeshSpec
+from ambient_operator.apply import LABEL_CONTROLLER, ObjectKey, Owner, key_of, plan, prepare
+from ambient_operator.enrollment import namespace_problems
+from ambient_operator.events import EventRecorder, now_rfc3339
+from ambient_operator.kube.client import Kube, KubeError
+from ambient_operator.kube.resources import KINDS, kind_of
+from ambient_operator.state import ClusterState
+from ambient_operator.waypoints import render as wr
+from ambient_operator.waypoints import status as ws
+
+if TYPE_CHECKING:
+    from ambient_operator.runner import Operator
+
+log = logging.getLogger(__name__)
+METRICS_NAME = "waypoints"
+GATEWAY = KINDS[(c.GATEWAY_API_VERSION, "Gateway")]
+GATEWAY_CLASS = KINDS[(c.GATEWAY_API_VERSION, "GatewayClass")]
+CONFIG_MAP = KINDS[("v1", "ConfigMap")]
+SERVICE_ACCOUNT = KINDS[("v1", "ServiceAccount")]
+# Gateways reconciled at once; each makes a few API calls from a thread.
+CONCURRENCY = 16
+RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
+STATUS_ATTEMPTS = 3
+GATEWAY_API_RECHECK_SECONDS = 30.0
+
+GatewayKey = tuple[str, str]
+T = TypeVar("T")
+
+
+def _rv(obj: Mapping[str, Any] | None) -> int:
+    try:
+        return int(((obj or {}).get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("labels") or {})
+
+
+def _key(obj: Mapping[str, Any]) -> GatewayKey:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+def _node_os(node: Mapping[str, Any] | None) -> str | None:
+    if node is None:
+        return None
+    label = _labels(node).get(c.LABEL_OS)
+    info = ((node.get("status") or {}).get("nodeInfo") or {}).get("operatingSystem")
+    return str(label or info or "") or None
+
+
+class WaypointController:
+    """Deploys Gateways of our class, keeps our GatewayClass and istiod's class defaults."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        kube: Kube,
+        events: EventRecorder,
+        *,
+        resync_seconds: float = 300.0,
+        clock: Callable[[], str] = now_rfc3339,
+    ) -> None:
+        self.state = state
+        self.kube = kube
+        self.events = events
+        self.resync_seconds = resync_seconds
+        self.clock = clock
+        self.gateways: dict[GatewayKey, dict[str, Any]] = {}
+        self.classes: dict[str, dict[str, Any]] = {}
+        # Our objects per Gateway (namespace, gateway-name label).
+        self.objects: dict[GatewayKey, dict[ObjectKey, dict[str, Any]]] = {}
+        # ConfigMaps we read: parametersRef targets and istio-waypoint defaults;
+        # None records one known not to exist.
+        self.config_maps: dict[GatewayKey, dict[str, Any] | None] = {}
+        # Which Gateways (or "class:<name>") read each ConfigMap.
+        self.readers: dict[GatewayKey, set[str]] = {}
+        self.pods: dict[GatewayKey, tuple[str, str]] = {}
+        self.services: dict[GatewayKey, dict[str, Any]] = {}
+        self.dirty: set[GatewayKey] = set()
+        self.classes_dirty = True
+        self.defaults_dirty = True
+        self.services_dirty = False
+        self.pods_unchecked: set[GatewayKey] = set()
+        self._spec_seen: Any = None
+        self._windows_seen: bool | None = None
+        self._last_full = time.monotonic()
+        self._failures: dict[GatewayKey, int] = {}
+        self._awaiting_namespace: str | None = None
+        # No pass before the caches hold what exists: a pass over half-loaded
+        # caches would re-apply objects it has not seen yet.
+        self.primed = False
+        # Whether the API server serves Gateway API; asked again until it does.
+        self.gateway_api = False
+        self._api_checked = -GATEWAY_API_RECHECK_SECONDS
+        # API calls block; a pool of our own lets a burst of Gateways use as
+        # many connections as CONCURRENCY, whatever the default pool's size.
+        self._pool = ThreadPoolExecutor(max_workers=CONCURRENCY, thread_name_prefix="waypoints")
+
+    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+
+    # -- watch events (called on the event loop) ---------------------------------
+    def _poke(self) -> None:
+        self.state.poke()
+
+    def on_gateway(self, event: str | None, body: Mapping[str, Any]) -> None:
+        """A Gateway was listed, changed or deleted."""
+        self.gateway_api = True
+        key = _key(body)
+        if event == "DELETED":
+            if self.gateways.pop(key, None) is not None:
+                self._drop_reader(f"gw:{key[0]}/{key[1]}")
+                self.dirty.discard(key)
+                self.services_dirty = True
+                self._poke()
+            return
+        old = self.gateways.get(key)
+        if old is not None and _rv(old) >= _rv(body):
+            return  # our own write came back, or an event older than an apply response
+        self.gateways[key] = copy.deepcopy(dict(body))
+        if old is None:
+            self.services_dirty = True
+            # Pods seen before their Gateway are judged now.
+            self.pods_unchecked |= {
+                pod for pod, (name, _) in self.pods.items() if pod[0] == key[0] and name == key[1]
+            }
+        self.dirty.add(key)
+        self._poke()
+
+    def on_gateway_class(self, event: str | None, body: Mapping[str, Any]) -> None:
+        """A GatewayClass changed: its Gateways may have become ours, or stopped being ours."""
+        self.gateway_api = True
+        name = str((body.get("metadata") or {}).get("name") or "")
+        if event == "DELETED":
+            self.classes.pop(name, None)
+        else:
+            old = self.classes.get(name)
+            if old is not None and _rv(old) >= _rv(body):
+                return
+            self.classes[name] = copy.deepcopy(dict(body))
+        self.classes_dirty = True
+        self.dirty |= {
+            key
+            for key, gw in self.gateways.items()
+            if (gw.get("spec") or {}).get("gatewayClassName") == name
+        }
+        self._poke()
+
+    def on_owned(self, event: str | None, body: Mapping[str, Any]) -> None:
+        """One of our waypoint objects changed (a Deployment's status, usually)."""
+        gateway = _labels(body).get(c.LABEL_GATEWAY_NAME)
+        if gateway is None:
+            return
+        key = (_key(body)[0], gateway)
+        objects = self.objects.setdefault(key, {})
+        obj_key = key_of(body)
+        if event == "DELETED":
+            objects.pop(obj_key, None)
+        else:
+            old = objects.get(obj_key)
+            if old is not None and _rv(old) >= _rv(body):
+                return
+            objects[obj_key] = copy.deepcopy(dict(body))
+        if not objects:
+            self.objects.pop(key, None)
+        if key in self.gateways:
+            self.dirty.add(key)
+            self._poke()
+
+    def wants_config_map(self, name: str, namespace: str, labels: Mapping[str, str]) -> bool:
+        """Watch filter: class defaults for istio-waypoint, or a ConfigMap a Gateway reads."""
+        if labels.get(c.LABEL_DEFAULTS_FOR_CLASS) == c.ISTIO_WAYPOINT_CLASS:
+            return True
+        return (namespace, name) in self.readers
+
+    def on_config_map(self, event: str | None, body: Mapping[str, Any]) -> None:
+        """A ConfigMap we read changed."""
+        key = _key(body)
+        if event == "DELETED":
+            self.config_maps[key] = None
+        else:
+            old = self.config_maps.get(key)
+            if old is not None and _rv(old) >= _rv(body):
+                return
+            self.config_maps[key] = copy.deepcopy(dict(body))
+        for reader in self.readers.get(key, ()):
+            if reader.startswith("class:"):
+                self.on_class_reader(reader.removeprefix("class:"))
+            else:
+                namespace, _, name = reader.removeprefix("gw:").partition("/")
+                self.dirty.add((namespace, name))
+        if _labels(body).get(c.LABEL_DEFAULTS_FOR_CLASS) == c.ISTIO_WAYPOINT_CLASS:
+            self.defaults_dirty = True
+        self._poke()
+
+    def on_class_reader(self, class_name: str) -> None:
+        """The parameters of a class changed: the class and its Gateways are re-judged."""
+        self.classes_dirty = True
+        self.dirty |= {
+            key
+            for key, gw in self.gateways.items()
+            if (gw.get("spec") or {}).get("gatewayClassName") == class_name
+        }
+
+    def on_pod(self, event: str | None, body: Mapping[str, Any]) -> None:
+        """A pod of some Gateway (any class): remember where it runs."""
+        key = _key(body)
+        if event == "DELETED":
+            self.pods.pop(key, None)
+            self.pods_unchecked.discard(key)
+            return
+        gateway = _labels(body).get(c.LABEL_GATEWAY_NAME)
+        node = (body.get("spec") or {}).get("nodeName")
+        if not gateway or not node:
+            return
+        if self.pods.get(key) != (gateway, node):
+            self.pods[key] = (gateway, str(node))
+            self.pods_unchecked.add(key)
+            self._poke()
+
+    def on_service(self, event: str | None, body: Mapping[str, Any]) -> None:
+        """Remember Services that name a waypoint (istio.io/use-waypoint)."""
+        key = _key(body)
+        labels = _labels(body)
+        relevant = {
+            k: v
+            for k, v in labels.items()
+            if k in (c.LABEL_USE_WAYPOINT, c.LABEL_USE_WAYPOINT_NAMESPACE)
+        }
+        if event == "DELETED" or c.LABEL_USE_WAYPOINT not in relevant:
+            if self.services.pop(key, None) is not None:
+                self._poke()
+            return
+        meta = body.get("metadata") or {}
+        summary = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": key[1], "namespace": key[0], "uid": meta.get("uid")},
+            "labels": relevant,
+        }
+        if self.services.get(key) != summary:
+            self.services[key] = summary
+            self.services_dirty = True
+            self._poke()
+
+    def _drop_reader(self, reader: str) -> None:
+        self._set_reads(reader, ())
+
+    def _set_reads(self, reader: str, targets: Iterable[GatewayKey]) -> None:
+        """Record which ConfigMaps a reader uses; forget those nobody reads any more.
+
+        A forgotten ConfigMap is no longer watched, so its cached copy would
+        go stale: it is dropped and read afresh if someone refers to it again.
+        """
+        wanted = set(targets)
+        for key in [k for k, readers in self.readers.items() if reader in readers]:
+            if key in wanted:
+                continue
+            self.readers[key].discard(reader)
+            if not self.readers[key]:
+                del self.readers[key]
+                cached = self.config_maps.get(key)
+                if cached is None or _labels(cached).get(c.LABEL_DEFAULTS_FOR_CLASS) != (
+                    c.ISTIO_WAYPOINT_CLASS
+                ):
+                    self.config_maps.pop(key, None)
+        for key in wanted:
+            self.readers.setdefault(key, set()).add(reader)
+
+    def _retry(self, key: GatewayKey) -> None:
+        self.dirty.add(key)
+        self._poke()
+
+    def _retry_later(self, what: str, delay: float) -> None:
+        """Re-run the class or class-defaults step after a failure, not on every pass."""
+
+        def again() -> None:
+            if what == "classes":
+                self.classes_dirty = True
+            else:
+                self.defaults_dirty = True
+            self._poke()
+
+        asyncio.get_running_loop().call_later(delay, again)
+
+    def mark_all(self) -> None:
+        """Re-judge everything on the next pass (spec change or periodic resync)."""
+        self.dirty |= set(self.gateways)
+        self.classes_dirty = True
+        self.defaults_dirty = True
+        self.services_dirty = True
+        self.pods_unchecked |= set(self.pods)
+
+    # -- start-up ----------------------------------------------------------------
+    def _list_all(self) -> list[tuple[Callable[[str | None, Mapping[str, Any]], None], Any]]:
+        """Everything the watches will keep current, listed once (runs in a thread)."""
+        ours = f"{LABEL_CONTROLLER}={wr.CONTROLLER}"
+        listings: list[tuple[Callable[[str | None, Mapping[str, Any]], None], Any]] = []
+        for kind, selector, handler in (
+            (GATEWAY_CLASS, None, self.on_gateway_class),
+            (GATEWAY, None, self.on_gateway),
+            (KINDS[("apps/v1", "Deployment")], ours, self.on_owned),
+            (KINDS[("v1", "Service")], ours, self.on_owned),
+            (SERVICE_ACCOUNT, ours, self.on_owned),
+            (
+                CONFIG_MAP,
+                f"{c.LABEL_DEFAULTS_FOR_CLASS}={c.ISTIO_WAYPOINT_CLASS}",
+                self.on_config_map,
+            ),
+            (KINDS[("v1", "Pod")], c.LABEL_GATEWAY_NAME, self.on_pod),
+            (KINDS[("v1", "Service")], c.LABEL_USE_WAYPOINT, self.on_service),
+        ):
+            try:
+                items = self.kube.list(kind, label_selector=selector)
+            except KubeError as exc:
+                if exc.status == 404:  # Gateway API not installed yet: nothing to know
+                    continue
+                raise
+            listings.append((handler, items))
+        return listings
+
+    def _serves_gateway_api(self) -> bool:
+        try:
+            found = self.kube.request("GET", f"/apis/{c.GATEWAY_API_VERSION}")
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return any(r.get("name") == "gatewayclasses" for r in found.get("resources") or [])
+
+    async def _check_gateway_api(self) -> bool:
+        """Whether Gateway API is installed; without it there is nothing to do, quietly."""
+        if self.gateway_api:
+            return True
+        now = time.monotonic()
+        if now - self._api_checked < GATEWAY_API_RECHECK_SECONDS:
+            return False
+        self._api_checked = now
+        self.gateway_api = await self._call(self._serves_gateway_api)
+        if not self.gateway_api:
+            self._retry_later("classes", GATEWAY_API_RECHECK_SECONDS)
+            return False
+        self.mark_all()
+        return True
+
+    async def prime(self) -> None:
+        """Fill the caches before the first pass; the watches keep them current after."""
+        for handler, items in await self._call(self._list_all):
+            for obj in items:
+                handler("ADDED", obj)
+        self.primed = True
+        self._poke()
+
+    # -- the pass ----------------------------------------------------------------
+    async def reconcile(self) -> None:
+        """Reconcile what changed since the last pass; with nothing changed, no request."""
+        if not self.primed:
+            return
+        mesh = self.state.mesh
+        if mesh is None or (mesh.get("metadata") or {}).get("deletionTimestamp"):
+            return
+        try:
+            spec = AmbientMeshSpec.model_validate(mesh.get("spec") or {})
+        except ValidationError:
+            return  # the data-plane controller reports InvalidSpec on the AmbientMesh
+        seen = (mesh["metadata"].get("uid"), spec)
+        if seen != self._spec_seen:
+            self._spec_seen = seen
+            self.mark_all()
+        if time.monotonic() - self._last_full >= self.resync_seconds:
+            self._last_full = time.monotonic()
+            self.mark_all()
+        windows = any(_node_os(node) == "windows" for node in list(self.state.nodes.values()))
+        if windows != self._windows_seen:
+            self._windows_seen = windows
+            self.defaults_dirty = True
+        if self._awaiting_namespace and self._awaiting_namespace in self.state.namespaces:
+            self.defaults_dirty = True
+        if not (
+            self.dirty
+            or self.classes_dirty
+            or self.defaults_dirty
+            or self.services_dirty
+            or self.pods_unchecked
+        ):
+            return
+        started = time.monotonic()
+        metrics.RECONCILES.labels(controller=METRICS_NAME).inc()
+        try:
+            if not await self._check_gateway_api():
+                return
+            if self.classes_dirty:
+                self.classes_dirty = False
+                await self._step("classes", self._reconcile_classes(mesh, spec))
+            if self.defaults_dirty:
+                self.defaults_dirty = False
+                await self._step("defaults", self._reconcile_class_defaults(spec, windows))
+            if self.dirty:
+                batch, self.dirty = sorted(self.dirty), set()
+                gate = asyncio.Semaphore(CONCURRENCY)
+                await asyncio.gather(*(self._guarded(gate, spec, key) for key in batch))
+            if self.pods_unchecked:
+                await self._check_pods(spec)
+            if self.services_dirty:
+                self.services_dirty = False
+                await self._check_services()
+        finally:
+            metrics.RECONCILE_SECONDS.labels(controller=METRICS_NAME).observe(
+                time.monotonic() - started
+            )
+
+    async def _step(self, what: str, work: Coroutine[Any, Any, None]) -> None:
+        """Run the class or class-defaults step; a failure is retried later, not lost."""
+        try:
+            await work
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("waypoints: %s step failed", what)
+            metrics.RECONCILE_ERRORS.labels(controller=METRICS_NAME, reason="Exception").inc()
+            self._retry_later(what, RETRY_SECONDS[1])
+
+    async def _guarded(
+        self, gate: asyncio.Semaphore, spec: AmbientMeshSpec, key: GatewayKey
+    ) -> None:
+        async with gate:
+            try:
+                ok = await self._reconcile_gateway(spec, key)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("waypoint %s/%s: reconcile failed", *key)
+                metrics.RECONCILE_ERRORS.labels(controller=METRICS_NAME, reason="Exception").inc()
+                ok = False
+        if ok:
+            self._failures.pop(key, None)
+            return
+        # Retry with backoff; a watch event may well come sooner.
+        failures = self._failures.get(key, 0)
+        self._failures[key] = failures + 1
+        delay = RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)]
+        asyncio.get_running_loop().call_later(delay, self._retry, key)
+
+    # -- ConfigMaps ----------------------------------------------------------------
+    async def _load_config_maps(self, targets: Iterable[GatewayKey], reader: str) -> None:
+        targets = list(targets)
+        self._set_reads(reader, targets)
+        for target in targets:
+            if target in self.config_maps:
+                continue
+            namespace, name = target
+            obj = await self._call(self.kube.get, CONFIG_MAP, name, namespace)
+            self.config_maps[target] = obj
+
+    def _config_data(self) -> dict[GatewayKey, Mapping[str, Any] | None]:
+        return {
+            key: (obj.get("data") or {}) if obj is not None else None
+            for key, obj in self.config_maps.items()
+        }
+
+    # -- GatewayClasses ----------------------------------------------------------------
+    async def _reconcile_classes(self, mesh: dict[str, Any], spec: AmbientMeshSpec) -> None:
+        desired = prepare(wr.render_gateway_class(spec), Owner.of(mesh), wr.CLASS_CONTROLLER)
+        live = {
+            key_of(obj): obj
+            for obj in self.classes.values()
+            if _labels(obj).get(LABEL_CONTROLLER) == wr.CLASS_CONTROLLER
+        }
+        todo = plan([desired], live)
+        for obj in todo.apply:
+            try:
+                result = await self._call(self.kube.apply, obj)
+            except KubeError as exc:
+                log.warning("GatewayClass %s: %s", obj["metadata"]["name"], exc)
+                await self._call(
+                    self.events.post,
+                    mesh,
+                    "Warning",
+                    "GatewayClassNotApplied",
+                    f"GatewayClass {obj['metadata']['name']}: {exc.message}",
+                )
+                self._retry_later("classes", RETRY_SECONDS[-1])
+                continue
+            self.on_gateway_class("MODIFIED", result)
+            metrics.OBJECTS_APPLIED.labels(kind="GatewayClass").inc()
+        for obj in todo.prune:
+            await self._delete(obj)
+        now = self.clock()
+        for name, gateway_class in sorted(self.classes.items()):
+            if not wr.class_is_ours(gateway_class, spec.waypoints.controller_name):
+                continue
+            refs = wr.parameter_refs({}, gateway_class)
+            await self._load_config_maps(refs, f"class:{name}")
+            verdict = wr.class_verdict(gateway_class, self._config_data())
+            desired_status = ws.class_status(gateway_class, verdict, now)
+            if not ws.class_status_changed(desired_status, gateway_class.get("status")):
+                continue
+            body = {
+                "apiVersion": gateway_class["apiVersion"],
+                "kind": "GatewayClass",
+                "metadata": {
+                    "name": name,
+                    "resourceVersion": gateway_class["metadata"].get("resourceVersion"),
+                },
+                "status": desired_status,
+            }
+            try:
+                result = await self._call(self.kube.apply_status, body)
+            except KubeError as exc:
+                # A conflict means our copy is old; the newer one is on its way.
+                log.info("GatewayClass %s status: %s", name, exc)
+                self._retry_later("classes", RETRY_SECONDS[0])
+                continue
+            self.on_gateway_class("MODIFIED", result)
+
+    # -- istiod's istio-waypoint class defaults ------------------------------------------
+    async def _reconcile_class_defaults(self, spec: AmbientMeshSpec, windows: bool) -> None:
+        """Pin istio-waypoint waypoints to Linux through istiod's per-class defaults.
+
+        Only while Windows nodes exist; once written the pin stays (it is
+        harmless on Linux-only clusters and removing it on a node flap would
+        churn every istio-waypoint Deployment).
+        """
+        if not windows:
+            return
+        if spec.namespace not in self.state.namespaces:
+            self._awaiting_namespace = spec.namespace  # istiod is not installed yet
+            return
+        self._awaiting_namespace = None
+        targets = [
+            obj
+            for key, obj in sorted(self.config_maps.items())
+            if obj is not None
+            and key[0] == spec.namespace
+            and _labels(obj).get(c.LABEL_DEFAULTS_FOR_CLASS) == c.ISTIO_WAYPOINT_CLASS
+        ]
+        if not targets:
+            # The watch may not have listed them yet (start-up): ask, so a
+            # user's own defaults ConfigMap is merged into, never doubled.
+            selector = f"{c.LABEL_DEFAULTS_FOR_CLASS}={c.ISTIO_WAYPOINT_CLASS}"
+            targets = await self._call(self.kube.list, CONFIG_MAP, spec.namespace, selector)
+            for found in targets:
+                self.on_config_map("MODIFIED", found)
+        if not targets:
+            existing = await self._call(
+                self.kube.get, CONFIG_MAP, wr.CLASS_DEFAULTS_NAME, spec.namespace
+            )
+            targets = [
+                existing
+                or {"metadata": {"name": wr.CLASS_DEFAULTS_NAME, "namespace": spec.namespace}}
+            ]
+        for cm in targets:
+            meta = cm["metadata"]
+            text = (cm.get("data") or {}).get("deployment")
+            merged, problem = wr.pin_class_defaults(text)
+            if problem:
+                await self._call(
+                    self.events.post,
+                    cm | {"apiVersion": "v1", "kind": "ConfigMap"},
+                    "Warning",
+                    "ClassDefaultsUnreadable",
+                    f"{problem}; istio-waypoint waypoints are not pinned to Linux and may "
+                    "land on Windows nodes",
+                )
+                continue
+            labelled = _labels(cm).get(c.LABEL_DEFAULTS_FOR_CLASS) == c.ISTIO_WAYPOINT_CLASS
+            if merged is None and labelled:
+                continue
+            obj = wr.render_class_defaults(
+                meta["name"], meta["namespace"], merged if merged is not None else text or ""
+            )
+            try:
+                result = await self._call(self.kube.apply, obj)
+            except KubeError as exc:
+                log.warning("istio-waypoint class defaults: %s", exc)
+                self._retry_later("defaults", RETRY_SECONDS[-2])
+                continue
+            self.on_config_map("MODIFIED", result)
+            metrics.OBJECTS_APPLIED.labels(kind="ConfigMap").inc()
+            log.info("pinned istio-waypoint waypoints to Linux in %s/%s", *_key(result))
+
+    # -- one Gateway ------------------------------------------------------------------
+    async def _own_service_account(
+        self, key: GatewayKey, gateway: Mapping[str, Any], name: str
+    ) -> bool:
+        """False when a ServiceAccount named by annotation exists and is not ours.
+
+        Then the waypoint uses it and we leave it alone (it may carry a cloud
+        identity, and our owner reference would delete it with the Gateway).
+        Without the annotation the account is the Gateway's own, as upstream.
+        """
+        annotations = (gateway.get("metadata") or {}).get("annotations") or {}
+        if c.ANNOTATION_GATEWAY_SERVICE_ACCOUNT not in annotations:
+            return True
+        if ("v1", "ServiceAccount", key[0], name) in self.objects.get(key, {}):
+            return True
+        live = await self._call(self.kube.get, SERVICE_ACCOUNT, name, key[0])
+        if live is None:
+            return True
+        labels = _labels(live)
+        return (
+            labels.get(LABEL_CONTROLLER) == wr.CONTROLLER
+            and labels.get(c.LABEL_GATEWAY_NAME) == key[1]
+        )
+
+    async def _reconcile_gateway(self, spec: AmbientMeshSpec, key: GatewayKey) -> bool:
+        """Objects and status of one Gateway; False when something must be retried."""
+        gateway = self.gateways.get(key)
+        if gateway is None or gateway["metadata"].get("deletionTimestamp"):
+            return True  # garbage collection removes what the Gateway owned
+        owned = dict(self.objects.get(key, {}))
+        gateway_class = self.classes.get(str((gateway.get("spec") or {}).get("gatewayClassName")))
+        if not wr.class_is_ours(gateway_class, spec.waypoints.controller_name):
+            ok = True
+            for obj in owned.values():
+                ok = await self._delete(obj) and ok
+            return ok
+        await self._load_config_maps(
+            wr.parameter_refs(gateway, gateway_class), f"gw:{key[0]}/{key[1]}"
+        )
+        names = wr.names_of(gateway)
+        own_account = await self._own_service_account(key, gateway, names.service_account)
+        result = wr.render_waypoint(
+            spec, gateway, gateway_class, self._config_data(), own_service_account=own_account
+        )
+        errors: list[str] = []
+        if result.accepted.status == "True":
+            owner = Owner.of(gateway)
+            prepared = [prepare(obj, owner, wr.CONTROLLER) for obj in result.objects]
+            todo = plan(prepared, owned)
+            for obj in todo.apply:
+                try:
+                    live = await self._call(self.kube.apply, obj)
+                except KubeError as exc:
+                    errors.append(f"{obj['kind']} {obj['metadata']['name']}: {exc.message}")
+                    continue
+                self.on_owned("MODIFIED", live)
+                metrics.OBJECTS_APPLIED.labels(kind=obj["kind"]).inc()
+            for obj in todo.prune:
+                if not await self._delete(obj):
+                    errors.append(f"could not delete {obj['kind']} {obj['metadata']['name']}")
+        for reason, message in result.warnings:
+            await self._call(self.events.post, gateway, "Warning", reason, message)
+        ok = await self._write_status(spec, key, result, "; ".join(errors) or None)
+        return ok and not errors
+
+    def _live(self, key: GatewayKey, kind: str, name: str) -> dict[str, Any] | None:
+        api = "apps/v1" if kind == "Deployment" else "v1"
+        return self.objects.get(key, {}).get((api, kind, key[0], name))
+
+    async def _write_status(
+        self, spec: AmbientMeshSpec, key: GatewayKey, result: wr.WaypointRender, error: str | None
+    ) -> bool:
+        for _ in range(STATUS_ATTEMPTS):
+            gateway = self.gateways.get(key)
+            if gateway is None:
+                return True
+            deployment = self._live(key, "Deployment", result.names.deployment)
+            service = self._live(key, "Service", result.names.service)
+            programmed = ws.programmed_verdict(
+                result.accepted, result.replicas, deployment, service, error
+            )
+            desired = ws.gateway_status(
+                gateway,
+                result.accepted,
+                programmed,
+                result.listeners,
+                service,
+                spec.cluster_domain,
+                self.clock(),
+            )
+            if not ws.gateway_status_changed(desired, gateway.get("status")):
+                return True
+            body = {
+                "apiVersion": gateway["apiVersion"],
+                "kind": "Gateway",
+                "metadata": {
+                    "name": key[1],
+                    "namespace": key[0],
+                    # A precondition: addresses are kept from what we last
+                    # saw, so a stale copy must not overwrite newer ones.
+                    "resourceVersion": gateway["metadata"].get("resourceVersion"),
+                },
+                "status": desired,
+            }
+            try:
+                live = await self._call(self.kube.apply_status, body)
+            except KubeError as exc:
+                if exc.status == 404:
+                    return True  # deleted meanwhile
+                if exc.status != 409:
+                    log.warning("Gateway %s/%s status: %s", *key, exc)
+                    return False
+                fresh = await self._call(self.kube.get, GATEWAY, key[1], key[0])
+                if fresh is None:
+                    return True
+                self.gateways[key] = fresh
+                if (fresh.get("metadata") or {}).get("generation") != gateway["metadata"].get(
+                    "generation"
+                ):
+                    self.dirty.add(key)  # the spec changed too: render again
+                    self._poke()
+                    return True
+                continue
+            self.gateways[key] = live
+            return True
+        return False
+
+    async def _delete(self, obj: Mapping[str, Any]) -> bool:
+        meta = obj["metadata"]
+        try:
+            await self._call(
+                self.kube.delete,
+                kind_of(dict(obj)),
+                meta["name"],
+                meta.get("namespace"),
+                uid=meta.get("uid"),
+            )
+        except KubeError as exc:
+            log.warning("delete %s %s: %s", obj.get("kind"), meta["name"], exc)
+            return False
+        metrics.OBJECTS_PRUNED.labels(kind=str(obj.get("kind"))).inc()
+        return True
+
+    # -- reports ------------------------------------------------------------------
+    async def _check_pods(self, spec: AmbientMeshSpec) -> None:
+        """A waypoint pod on a Windows node cannot run Envoy: say so on its Gateway."""
+        for key in sorted(self.pods_unchecked):
+            gateway_name, node = self.pods.get(key, ("", ""))
+            os_name = _node_os(self.state.nodes.get(node))
+            gateway = self.gateways.get((key[0], gateway_name))
+            if os_name is None:
+                continue  # its node is not listed yet
+            self.pods_unchecked.discard(key)
+            if gateway is None:
+                continue  # judged again if its Gateway appears
+            if os_name != "windows":
+                continue
+            gateway_class = self.classes.get(
+                str((gateway.get("spec") or {}).get("gatewayClassName"))
+            )
+            if not (
+                wr.is_waypoint(gateway)
+                or wr.class_is_ours(gateway_class, spec.waypoints.controller_name)
+            ):
+                continue
+            await self._call(
+                self.events.post,
+                gateway,
+                "Warning",
+                "WaypointOnWindows",
+                f"waypoint pod {key[1]} runs on Windows node {node}; Envoy has no Windows "
+                "build, so this waypoint cannot serve traffic. Pin it to Linux (nodeSelector "
+                f"{c.LABEL_OS}: linux), or use class {spec.waypoints.class_name}",
+            )
+
+    async def _check_services(self) -> None:
+        """Services whose istio.io/use-waypoint names no waypoint get a Warning Event."""
+        waypoints = {key: wr.is_waypoint(gw) for key, gw in self.gateways.items()}
+        for (namespace, _), service in sorted(self.services.items()):
+            for reason, message in namespace_problems(namespace, service["labels"], waypoints):
+                await self._call(self.events.post, service, "Warning", reason, message)
+
+
+def register(operator: Operator) -> WaypointController:
+    """Create the waypoint controller and register its watches on the operator's registry.
+
+    The runner calls `reconcile()` of the returned controller in its loop.
+    """
+    ctl = WaypointController(
+        operator.state,
+        operator.kube,
+        operator.events,
+        resync_seconds=operator.options.resync_seconds,
+    )
+    reg = operator.registry
+    ours = {LABEL_CONTROLLER: wr.CONTROLLER}
+
+    @kopf.on.startup(registry=reg, id="waypoints-prime", backoff=2)
+    async def prime(**_: Any) -> None:
+        await ctl.prime()
+
+    @kopf.on.event(
+        "gateway.networking.k8s.io", "v1", "gateways", registry=reg, id="waypoints-gateways"
+    )
+    async def gateway_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        ctl.on_gateway(type, body)
+
+    @kopf.on.event(
+        "gateway.networking.k8s.io",
+        "v1",
+        "gatewayclasses",
+        registry=reg,
+        id="waypoints-gatewayclasses",
+    )
+    async def gateway_class_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        ctl.on_gateway_class(type, body)
+
+    for group, version, plural in (
+        ("apps", "v1", "deployments"),
+        ("", "v1", "services"),
+        ("", "v1", "serviceaccounts"),
+    ):
+
+        @kopf.on.event(
+            group, version, plural, labels=ours, registry=reg, id=f"waypoints-owned-{plural}"
+        )
+        async def owned_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+            ctl.on_owned(type, body)
+
+    def wanted_config_map(name: str, namespace: str | None, labels: kopf.Labels, **_: Any) -> bool:
+        return ctl.wants_config_map(name, namespace or "", labels)
+
+    @kopf.on.event(
+        "", "v1", "configmaps", when=wanted_config_map, registry=reg, id="waypoints-configmaps"
+    )
+    async def config_map_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        ctl.on_config_map(type, body)
+
+    @kopf.on.event(
+        "",
+        "v1",
+        "pods",
+        labels={c.LABEL_GATEWAY_NAME: kopf.PRESENT},
+        registry=reg,
+        id="waypoints-pods",
+    )
+    async def pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        ctl.on_pod(type, body)
+
+    @kopf.on.event("", "v1", "services", registry=reg, id="waypoints-services")
+    async def service_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        ctl.on_service(type, body)
+
+    return ctl

@@ -1,0 +1,162 @@
+"""Pods the webhook should have mutated but did not see (it was down, or timed out).
+
+failurePolicy Ignore keeps pod creation going when the webhook cannot
+answer; this is the other half of that bargain: such pods are found from the
+pod watch, counted, shown in the AmbientMesh status and told about with a
+Warning Event on the pod. "Should have" is the webhook's own `decide` on the
+stored pod; a pod that carries our container or our annotation was seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ambient_operator import metrics
+from ambient_operator.events import EventRecorder
+from ambient_operator.state import SIDECAR_STATUS_ANNOTATION, ClusterState
+from ambient_operator.webhook import decide as d
+
+log = logging.getLogger(__name__)
+REASON = "RedirectionWaitMissing"
+PodKey = tuple[str, str]
+
+
+def _trim(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """What `decide` reads, and the identity an Event needs; pods stay small in memory."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    kept_spec = {
+        k: spec[k]
+        for k in (
+            "os",
+            "nodeSelector",
+            "tolerations",
+            "nodeName",
+            "runtimeClassName",
+            "hostNetwork",
+        )
+        if k in spec
+    }
+    if required is not None:
+        kept_spec["affinity"] = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}
+        }
+    kept_spec["initContainers"] = [
+        {"name": ct.get("name")} for ct in spec.get("initContainers") or []
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+            "labels": dict(meta.get("labels") or {}),
+            "annotations": {
+                k: v
+                for k, v in (meta.get("annotations") or {}).items()
+                if k in (d.ANNOTATION, SIDECAR_STATUS_ANNOTATION)
+            },
+        },
+        "spec": kept_spec,
+    }
+
+
+@dataclass(frozen=True)
+class Miss:
+    """One pod admitted without the init container it needed."""
+
+    pod: dict[str, Any]
+    decision: d.Decision
+
+    def message(self) -> str:
+        """Event text; stable for a pod, so the recorder tells it once."""
+        where = f"build {self.decision.build}" if self.decision.build else "pre-WS2025 nodes"
+        return (
+            f"admitted without the {d.CONTAINER_NAME} init container although it can run on "
+            f"{where} ({self.decision.reason}); the webhook did not answer, e.g. while the "
+            "operator was down. Its containers may start before istio-cni redirects its "
+            "traffic, which then bypasses ztunnel. Delete the pod to have it recreated "
+            "with the workaround."
+        )
+
+
+class MissTracker:
+    """Fed by the pod watch; judged by the reconcile loop."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        events: EventRecorder,
+        context: Callable[[], d.Context],
+        report: Callable[[int], None],
+    ) -> None:
+        self.state = state
+        self.events = events
+        self.context = context
+        self.report = report
+        # Pods that lack both our container and our annotation and might be
+        # Windows pods; most are not, and `check` drops them by decision.
+        self.suspects: dict[PodKey, dict[str, Any]] = {}
+        self.missed: dict[PodKey, Miss] = {}
+        self._counted: set[str] = set()
+
+    def observe(self, event_type: str | None, pod: Mapping[str, Any]) -> None:
+        """Record one pod watch event."""
+        meta = pod.get("metadata") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        phase = (pod.get("status") or {}).get("phase")
+        if (
+            event_type == "DELETED"
+            or phase in ("Succeeded", "Failed")
+            or d.has_container(pod)
+            or d.has_annotation(pod)
+            or not d.may_target_windows(pod)
+        ):
+            self.suspects.pop(key, None)
+            return
+        self.suspects[key] = _trim(pod)
+
+    def judge(self) -> dict[PodKey, Miss]:
+        """The current misses, by the webhook's decision on today's facts."""
+        ctx = self.context()
+        found: dict[PodKey, Miss] = {}
+        for key, pod in self.suspects.items():
+            ns = self.state.namespaces.get(key[0])
+            if ns is None:
+                continue  # not seen yet: judged on a later pass
+            decision = d.decide(pod, ns.get("labels") or {}, ctx)
+            if decision.inject:
+                found[key] = Miss(pod, decision)
+        return found
+
+    async def check(self) -> None:
+        """Count, report and tell about misses; pokes the loop when the count changes."""
+        found = self.judge()
+        changed = len(found) != len(self.missed)
+        self.missed = found
+        metrics.WEBHOOK_MISSED_PODS.set(len(found))
+        self.report(len(found))
+        for miss in found.values():
+            uid = str(miss.pod["metadata"].get("uid") or "")
+            if uid in self._counted:
+                continue
+            self._counted.add(uid)
+            metrics.WEBHOOK_MISSES.inc()
+            meta = miss.pod["metadata"]
+            log.warning(
+                "pod %s/%s was admitted without the redirection-wait init container",
+                meta.get("namespace"),
+                meta.get("name"),
+            )
+            await asyncio.to_thread(self.events.post, miss.pod, "Warning", REASON, miss.message())
+        live = {str(m.pod["metadata"].get("uid") or "") for m in found.values()}
+        self._counted &= live  # forget pods that are gone
+        if changed:
+            self.state.poke()  # the status shows the count on the next pass

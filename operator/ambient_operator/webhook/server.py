@@ -1,0 +1,541 @@
+"""The webhook at run time: TLS material, the HTTPS server, the configuration, the caches.
+
+The server runs on a thread of its own with its own event loop, beside
+kopf rather than inside it. Measured (bench/webhook_latency.py on a 2-CPU
+machine), kopf's admission pipeline cost about 1.5 ms per review (it diffs
+the whole pod twice) and shared one event loop with the watch handlers and
+the reconcile loop, so every reconcile pass stalled pod creation in enrolled
+namespaces; the lean handler here decides from a snapshot of the caches and
+writes its JSON patch directly. kopf still feeds the caches.
+
+Everything kopf's managed configuration cannot say (see config.py) the
+operator applies itself. The serving certificate comes from a Secret the
+operator creates and renews (shared by restarts and replicas), or from a
+directory a cert-manager Certificate is mounted into.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import os
+import shutil
+import ssl
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import kopf
+from aiohttp import web
+
+from ambient_operator import constants as c
+from ambient_operator import metrics
+from ambient_operator.apply import prepare, up_to_date
+from ambient_operator.facts import NodeFacts
+from ambient_operator.kube.client import Kube, KubeError
+from ambient_operator.kube.resources import KINDS, Kind
+from ambient_operator.state import ClusterState
+from ambient_operator.webhook import certs
+from ambient_operator.webhook import decide as d
+from ambient_operator.webhook.config import (
+    CONFIG_NAME,
+    HANDLER_ID,
+    SECRET_NAME,
+    WebhookOptions,
+    webhook_configuration,
+)
+from ambient_operator.webhook.misses import MissTracker
+
+if TYPE_CHECKING:
+    from ambient_operator.runner import Operator
+
+log = logging.getLogger(__name__)
+CONTROLLER = "webhook"
+SECRET = KINDS[("v1", "Secret")]
+NODE = KINDS[("v1", "Node")]
+MESH = KINDS[("ambientoperator.io/v1alpha1", "AmbientMesh")]
+MWC = KINDS[("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")]
+RUNTIME_CLASS = Kind("node.k8s.io/v1", "RuntimeClass", "runtimeclasses", False)
+SERVING_FILE = "serving.pem"
+CA_FILE = "ca.crt"
+SERVER_START_SECONDS = 10.0
+SECRET_ATTEMPTS = 5
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _decode(data: Mapping[str, str] | None) -> dict[str, bytes]:
+    return {k: base64.b64decode(v) for k, v in (data or {}).items()}
+
+
+class AdmissionServer:
+    """HTTPS on a thread of its own: POST /<handler id> answers AdmissionReviews.
+
+    A certificate change swaps the SSL context new handshakes use (through
+    the callback every handshake runs, SNI or not), so rotation never closes
+    the listener.
+    """
+
+    def __init__(
+        self,
+        review: Callable[[Mapping[str, Any]], dict[str, Any]],
+        address: str,
+        port: int,
+        path: str = f"/{HANDLER_ID}",
+    ) -> None:
+        self.review = review
+        self.address = address
+        self.port = port
+        self.path = path
+        self._current: ssl.SSLContext | None = None
+        self._files: tuple[Path, Path] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    def set_certificate(self, certfile: Path, keyfile: Path) -> None:
+        """Serve this certificate from the next handshake on."""
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(str(certfile), str(keyfile))
+        self._current = context
+        self._files = (certfile, keyfile)
+
+    def _pick_context(self, sslobj: Any, _server_name: str | None, _base: ssl.SSLContext) -> None:
+        if self._current is not None:
+            sslobj.context = self._current
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        try:
+            try:
+                review = json.loads(await request.read())
+            except ValueError as exc:
+                raise web.HTTPBadRequest(reason=f"not an AdmissionReview: {exc}") from None
+            if not isinstance(review, dict):
+                raise web.HTTPBadRequest(reason="not an AdmissionReview")
+            body = json.dumps(self.review(review), separators=(",", ":"))
+            return web.Response(body=body.encode(), content_type="application/json")
+        finally:
+            metrics.WEBHOOK_REQUEST_SECONDS.observe(time.perf_counter() - started)
+
+    def start(self) -> None:
+        """Listen; returns once the socket is bound (raises when it cannot be)."""
+        if self._current is None:
+            raise RuntimeError("set_certificate first")
+        self._thread = threading.Thread(target=self._run, name="webhook-server", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(SERVER_START_SECONDS):
+            raise RuntimeError("the webhook server did not start in time")
+        if self._error is not None:
+            raise RuntimeError(f"the webhook server failed to start: {self._error}")
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        app = web.Application()
+        app.router.add_post(self.path, self._handle)
+        # access_log None: a line per pod creation is noise, not news.
+        runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        base = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        if self._files is not None:
+            base.load_cert_chain(str(self._files[0]), str(self._files[1]))
+        base.sni_callback = self._pick_context
+        try:
+            loop.run_until_complete(runner.setup())
+            site = web.TCPSite(runner, self.address, self.port, ssl_context=base)
+            loop.run_until_complete(site.start())
+        except BaseException as exc:
+            self._error = exc
+            self._ready.set()
+            loop.close()
+            return
+        self._ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+
+    def stop(self) -> None:
+        """Stop listening and wait for the thread."""
+        if self._loop is not None and self._thread is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(SERVER_START_SECONDS)
+
+
+class Webhook:
+    """State and work of the redirection-wait webhook inside one operator process."""
+
+    def __init__(self, state: ClusterState, kube: Kube, options: WebhookOptions) -> None:
+        self.state = state
+        self.kube = kube
+        self.options = options
+        self.runtime_classes: dict[str, dict[str, Any]] = {}
+        self._rc_version = 0
+        self._facts: dict[str, tuple[str, NodeFacts]] = {}
+        self._context: tuple[Any, d.Context] | None = None
+        # The server thread and the kopf loop both ask for the context.
+        self._lock = threading.Lock()
+        self.server: AdmissionServer | None = None
+        self.material: certs.TLSMaterial | None = None
+        self.serve_dir: Path | None = None
+        self.misses: MissTracker | None = None
+
+    # -- the decision's view of the cluster --------------------------------
+    def _node_facts(self, nodes: list[tuple[str, dict[str, Any]]]) -> tuple[NodeFacts, ...]:
+        out = []
+        for name, node in nodes:
+            rv = str((node.get("metadata") or {}).get("resourceVersion", ""))
+            cached = self._facts.get(name)
+            if cached is None or cached[0] != rv:
+                try:
+                    cached = (rv, NodeFacts.from_node(node))
+                except ValueError:
+                    continue  # a malformed Node is the data plane's to report
+                self._facts[name] = cached
+            out.append(cached[1])
+        for gone in set(self._facts) - {name for name, _ in nodes}:
+            del self._facts[gone]
+        return tuple(out)
+
+    def context(self) -> d.Context:
+        """The decision context, rebuilt only when the mesh, a node or a RuntimeClass changed."""
+        # list() copies in one step under the GIL; kopf's handlers update the
+        # caches from its executor threads while this one reads them.
+        nodes = list(self.state.nodes.items())
+        mesh = self.state.mesh
+        meta = (mesh or {}).get("metadata") or {}
+        key = (
+            meta.get("uid"),
+            meta.get("resourceVersion"),
+            tuple(
+                (name, (node.get("metadata") or {}).get("resourceVersion")) for name, node in nodes
+            ),
+            self._rc_version,
+        )
+        with self._lock:
+            if self._context is not None and self._context[0] == key:
+                return self._context[1]
+            ctx = d.Context.build(mesh, self._node_facts(nodes), dict(self.runtime_classes))
+            self._context = (key, ctx)
+            return ctx
+
+    def namespace_labels(self, namespace: str | None) -> Mapping[str, str] | None:
+        """Labels of a cached namespace; None when it is not in the cache (yet)."""
+        ns = self.state.namespaces.get(namespace or "")
+        return None if ns is None else (ns.get("labels") or {})
+
+    def decide(self, pod: Mapping[str, Any], namespace: str | None) -> d.Decision | None:
+        """The decision for one pod being created; None when deciding failed.
+
+        Never raises: a failure here must not deny a pod, so it is logged and
+        the pod goes through unchanged (and is then reported as a miss).
+        """
+        started = time.perf_counter()
+        try:
+            decision = d.decide(pod, self.namespace_labels(namespace), self.context())
+        except Exception:
+            log.exception("redirection-wait webhook failed; the pod is admitted unchanged")
+            metrics.WEBHOOK_REVIEWS.labels(action="error", reason="Exception").inc()
+            return None
+        finally:
+            metrics.WEBHOOK_SECONDS.observe(time.perf_counter() - started)
+        metrics.WEBHOOK_REVIEWS.labels(action=decision.action, reason=decision.reason).inc()
+        return decision
+
+    def review(self, review: Mapping[str, Any]) -> dict[str, Any]:
+        """The AdmissionReview response: always allowed, with our patch when the pod needs it."""
+        request = review.get("request") or {}
+        response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
+        pod = request.get("object")
+        resource = request.get("resource") or {}
+        if (
+            request.get("operation") == "CREATE"
+            and resource.get("resource") == "pods"
+            and not request.get("subResource")
+            and isinstance(pod, dict)
+        ):
+            namespace = request.get("namespace") or (pod.get("metadata") or {}).get("namespace")
+            decision = self.decide(pod, namespace)
+            if decision is not None and decision.action != "none":
+                ops = json.dumps(d.json_patch(pod, decision), separators=(",", ":"))
+                response["patchType"] = "JSONPatch"
+                response["patch"] = base64.b64encode(ops.encode()).decode("ascii")
+        return {
+            "apiVersion": review.get("apiVersion") or "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "response": response,
+        }
+
+    def runtime_class_event(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        """Keep the RuntimeClass scheduling cache current."""
+        name = str((body.get("metadata") or {}).get("name") or "")
+        old = self.runtime_classes.get(name)
+        if event_type == "DELETED":
+            self.runtime_classes.pop(name, None)
+        else:
+            self.runtime_classes[name] = dict(body.get("scheduling") or {})
+        if old != self.runtime_classes.get(name):
+            self._rc_version += 1
+
+    # -- start-up --------------------------------------------------------------
+    def prime(self) -> None:
+        """Fill the caches the decision reads before the first request arrives.
+
+        kopf starts its watches and the webhook server together, so without
+        this the first pods after a restart would be judged on empty caches.
+        """
+        try:
+            for node in self.kube.list(NODE):
+                self.state.nodes.setdefault(node["metadata"]["name"], node)
+            if self.state.mesh is None:
+                self.state.mesh = self.kube.get(MESH, c.MESH_NAME)
+        except KubeError as exc:
+            log.warning("could not prime the node and mesh caches: %s", exc)
+        try:
+            for rc in self.kube.list(RUNTIME_CLASS):
+                self.runtime_class_event("ADDED", rc)
+        except KubeError as exc:
+            log.warning("could not list RuntimeClasses: %s", exc)
+        self.state.poke()
+
+    # -- TLS --------------------------------------------------------------------
+    def secret_namespace(self) -> str:
+        """Where the TLS Secret lives: the flag, else the AmbientMesh's namespace."""
+        if self.options.secret_namespace:
+            return self.options.secret_namespace
+        spec = (self.state.mesh or {}).get("spec") or {}
+        return str(spec.get("namespace") or os.environ.get("POD_NAMESPACE") or "istio-system")
+
+    def hosts(self) -> list[str]:
+        """Names the serving certificate must carry."""
+        spec = (self.state.mesh or {}).get("spec") or {}
+        return self.options.hosts(str(spec.get("clusterDomain") or "cluster.local"))
+
+    def _secret_body(
+        self, namespace: str, material: certs.TLSMaterial, resource_version: str | None = None
+    ) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "name": SECRET_NAME,
+            "namespace": namespace,
+            "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY, c.LABEL_COMPONENT: "webhook"},
+        }
+        if resource_version:
+            meta["resourceVersion"] = resource_version
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": meta,
+            "type": "kubernetes.io/tls",
+            "data": {k: base64.b64encode(v).decode("ascii") for k, v in material.as_data().items()},
+        }
+
+    def ensure_secret(self, current: certs.TLSMaterial | None) -> certs.TLSMaterial:
+        """The Secret's material, creating or renewing it; safe against other replicas.
+
+        Create-if-absent and replace-at-resourceVersion: whoever loses a race
+        reads the winner's material and uses it.
+        """
+        namespace, hosts = self.secret_namespace(), self.hosts()
+        for _ in range(SECRET_ATTEMPTS):
+            now = datetime.now(UTC)
+            live = self.kube.get(SECRET, SECRET_NAME, namespace)
+            if live is None:
+                usable = current is not None and certs.renewal_reason(current, hosts, now) is None
+                material = current if usable and current else certs.generate(hosts, now)
+                try:
+                    self.kube.create(self._secret_body(namespace, material))
+                except KubeError as exc:
+                    if exc.status == 409:
+                        continue
+                    raise
+                log.info("created webhook TLS Secret %s/%s", namespace, SECRET_NAME)
+                return material
+            stored: certs.TLSMaterial | None
+            try:
+                stored = certs.TLSMaterial.from_data(_decode(live.get("data")))
+                reason = certs.renewal_reason(stored, hosts, now)
+            except ValueError as exc:
+                stored, reason = None, f"unreadable: {exc}"
+            if reason is None and stored is not None:
+                return stored
+            material = certs.renewed(stored, hosts, now)
+            body = self._secret_body(namespace, material, live["metadata"].get("resourceVersion"))
+            try:
+                self.kube.request("PUT", SECRET.path(SECRET_NAME, namespace), body=body)
+            except KubeError as exc:
+                if exc.status == 409:
+                    continue
+                raise
+            log.info("renewed webhook TLS Secret %s/%s: %s", namespace, SECRET_NAME, reason)
+            return material
+        raise KubeError(409, "Conflict", f"Secret {namespace}/{SECRET_NAME} kept changing")
+
+    def _from_cert_dir(self) -> certs.TLSMaterial:
+        folder = Path(self.options.cert_dir or "")
+        return certs.TLSMaterial.from_data(
+            {
+                name: (folder / name).read_bytes()
+                for name in (certs.KEY_TLS_CRT, certs.KEY_TLS_KEY, certs.KEY_CA_CRT)
+                if (folder / name).exists()
+            }
+        )
+
+    def load_material(self) -> certs.TLSMaterial:
+        """Current TLS material from the cert dir or the Secret.
+
+        When the Secret cannot be used (no namespace yet, no permission), the
+        process serves with material of its own and keeps trying to store it.
+        """
+        if self.options.cert_dir:
+            return self._from_cert_dir()
+        try:
+            return self.ensure_secret(self.material)
+        except KubeError as exc:
+            log.error(
+                "webhook TLS Secret unavailable (%s); serving with a private certificate", exc
+            )
+            now = datetime.now(UTC)
+            if self.material is None or certs.renewal_reason(self.material, self.hosts(), now):
+                return certs.generate(self.hosts(), now)
+            return self.material
+
+    def serving_paths(self) -> tuple[Path, Path, Path]:
+        """(certfile, keyfile, cafile) for kopf's server."""
+        if self.options.cert_dir:
+            folder = Path(self.options.cert_dir)
+            return folder / certs.KEY_TLS_CRT, folder / certs.KEY_TLS_KEY, folder / certs.KEY_CA_CRT
+        if self.serve_dir is None:
+            self.serve_dir = Path(tempfile.mkdtemp(prefix="ambient-operator-webhook-"))
+        serving = self.serve_dir / SERVING_FILE
+        return serving, serving, self.serve_dir / CA_FILE
+
+    def sync(self) -> None:
+        """Converge the served certificate and the MutatingWebhookConfiguration on the material."""
+        self.install(self.load_material())
+        if self.material is not None:
+            self.apply_configuration(self.material.ca_bundle)
+
+    def install(self, material: certs.TLSMaterial) -> None:
+        """Serve this material (no-op when it is what is served already)."""
+        if material == self.material:
+            return
+        certfile, keyfile, cafile = self.serving_paths()
+        if not self.options.cert_dir:
+            _write_atomically(cafile, material.ca_bundle)
+            _write_atomically(certfile, material.serving_pem())
+        if self.server is not None:
+            self.server.set_certificate(certfile, keyfile)
+        self.material = material
+
+    def apply_configuration(self, ca_bundle: bytes) -> bool:
+        """Server-side apply of the webhook configuration when it differs; True when written."""
+        desired = prepare(
+            webhook_configuration(self.options.client_config(ca_bundle)), None, CONTROLLER
+        )
+        if up_to_date(desired, self.kube.get(MWC, CONFIG_NAME)):
+            return False
+        self.kube.apply(desired)
+        metrics.OBJECTS_APPLIED.labels(kind="MutatingWebhookConfiguration").inc()
+        log.info("applied MutatingWebhookConfiguration %s", CONFIG_NAME)
+        return True
+
+    async def maintain(self) -> None:
+        """Re-check the material and the configuration every sync period."""
+        while True:
+            await asyncio.sleep(self.options.sync_seconds)
+            try:
+                await asyncio.to_thread(self.sync)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("webhook sync failed; retrying in %ss", self.options.sync_seconds)
+
+    def start_server(self) -> None:
+        """Bind the HTTPS server with the current material."""
+        certfile, keyfile, _cafile = self.serving_paths()
+        server = AdmissionServer(self.review, self.options.listen_address, self.options.port)
+        server.set_certificate(certfile, keyfile)
+        server.start()
+        self.server = server
+        log.info(
+            "serving the redirection-wait webhook on %s:%s",
+            self.options.listen_address,
+            self.options.port,
+        )
+
+    def cleanup(self) -> None:
+        """Stop serving; remove the private serving files (the Secret stays for the next start)."""
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        if self.serve_dir is not None:
+            shutil.rmtree(self.serve_dir, ignore_errors=True)
+            self.serve_dir = None
+
+
+def register(operator: Operator) -> Webhook:
+    """Add the webhook's handlers to the operator's kopf registry.
+
+    The misses check always runs (pods admitted without the workaround are
+    news whether or not this process serves the webhook); the server runs
+    only when --webhook-url or --webhook-service says how to reach it.
+    """
+    options = operator.options.webhook
+    webhook = Webhook(operator.state, operator.kube, options)
+    dataplane = operator.dataplane
+
+    def report(count: int) -> None:
+        dataplane.workaround_misses = count
+
+    webhook.misses = MissTracker(operator.state, operator.events, webhook.context, report)
+    misses = webhook.misses
+    reg = operator.registry
+
+    @kopf.on.startup(registry=reg)
+    async def webhook_startup(memo: kopf.Memo, **_: Any) -> None:
+        await asyncio.to_thread(webhook.prime)
+        if not options.enabled:
+            return
+        try:
+            await asyncio.to_thread(webhook.sync)
+        except Exception:
+            # The server must still start; the maintain loop retries the rest.
+            log.exception("webhook set-up incomplete; retrying every %ss", options.sync_seconds)
+            if webhook.material is None and not options.cert_dir:
+                webhook.install(certs.generate(webhook.hosts(), datetime.now(UTC)))
+        await asyncio.to_thread(webhook.start_server)
+        memo["webhook-maintain"] = asyncio.create_task(webhook.maintain(), name="webhook-maintain")
+
+    @kopf.on.cleanup(registry=reg)
+    async def webhook_cleanup(memo: kopf.Memo, **_: Any) -> None:
+        task = memo.get("webhook-maintain")
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await asyncio.to_thread(webhook.cleanup)
+
+    @kopf.on.event("node.k8s.io", "v1", "runtimeclasses", registry=reg, id="webhook-runtimeclasses")
+    def webhook_runtime_class_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        webhook.runtime_class_event(type, body)
+
+    @kopf.on.event("", "v1", "pods", registry=reg, id="webhook-pods")
+    def webhook_pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        misses.observe(type, body)
+
+    return webhook

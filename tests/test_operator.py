@@ -1,0 +1,584 @@
+"""The operator on a live control plane: convergence, nodes, drift, zero writes,
+namespaces, metrics and garbage collection (issue 4's acceptance points).
+
+Tests in this module run in order against one operator process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from ambient_operator.api.v1alpha1 import AmbientMeshSpec
+from ambient_operator.devcluster import LocalCluster, create_nodes
+from ambient_operator.facts import ClusterFacts, NodeFacts
+from ambient_operator.render import render_dataplane
+from conftest import unique_name, wait_for
+from operator_harness import AuditLog, RunningOperator
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE_MESH = ROOT / "operator/ambient_operator/samples/ambientmesh.yaml"
+GROUP, VERSION, PLURAL = "ambientoperator.io", "v1alpha1", "ambientmeshes"
+AGENTS_NS = "istio-system"
+SELECTOR = "app.kubernetes.io/managed-by=ambient-operator,ambientoperator.io/controller=dataplane"
+
+
+def _mesh(api: client.ApiClient) -> dict[str, Any]:
+    obj: dict[str, Any] = client.CustomObjectsApi(api).get_cluster_custom_object(
+        GROUP, VERSION, PLURAL, "default"
+    )
+    return obj
+
+
+def _condition(mesh: dict[str, Any], kind: str) -> dict[str, Any]:
+    for cond in (mesh.get("status") or {}).get("conditions", []):
+        if cond["type"] == kind:
+            return dict(cond)
+    return {}
+
+
+def _daemonsets(api: client.ApiClient) -> dict[str, client.V1DaemonSet]:
+    items = client.AppsV1Api(api).list_namespaced_daemon_set(AGENTS_NS, label_selector=SELECTOR)
+    return {ds.metadata.name: ds for ds in items.items}
+
+
+def _expected(api: client.ApiClient) -> dict[str, tuple[str, ...]]:
+    """DaemonSet name -> nodes it should run on, from the renderer and live Nodes."""
+    nodes = client.CoreV1Api(api).list_node().items
+    facts = ClusterFacts(
+        nodes=tuple(NodeFacts.from_node(api.sanitize_for_serialization(n)) for n in nodes)
+    )
+    spec = AmbientMeshSpec.model_validate(yaml.safe_load(SAMPLE_MESH.read_text())["spec"])
+    return {plan.name: plan.nodes for plan in render_dataplane(spec, facts).daemonsets}
+
+
+def _placed(api: client.ApiClient, ds: str) -> set[str]:
+    pods = client.CoreV1Api(api).list_namespaced_pod(AGENTS_NS).items
+    return {
+        p.spec.node_name
+        for p in pods
+        if p.metadata.owner_references
+        and p.metadata.owner_references[0].name == ds
+        and p.status.phase == "Running"
+    }
+
+
+@pytest.fixture(scope="module")
+def istio_env(k8s: client.ApiClient, sample_nodes: list[str], crds_installed: None) -> None:
+    """istio-system with an istiod Service and Deployment, and a cluster DNS Service."""
+    core, apps = client.CoreV1Api(k8s), client.AppsV1Api(k8s)
+    with contextlib.suppress(ApiException):
+        core.create_namespace({"metadata": {"name": AGENTS_NS}})
+    for ns, name, port in ((AGENTS_NS, "istiod", 15012), ("kube-system", "kube-dns", 53)):
+        with contextlib.suppress(ApiException):
+            core.create_namespaced_service(
+                ns,
+                {
+                    "metadata": {"name": name},
+                    "spec": {"selector": {"app": name}, "ports": [{"port": port}]},
+                },
+            )
+    trusted = f"{AGENTS_NS}/ztunnel,{AGENTS_NS}/ztunnel-windows"
+    with contextlib.suppress(ApiException):
+        apps.create_namespaced_deployment(
+            AGENTS_NS,
+            {
+                "metadata": {"name": "istiod"},
+                "spec": {
+                    "replicas": 0,  # only its env matters here
+                    "selector": {"matchLabels": {"app": "istiod"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "istiod"}},
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "discovery",
+                                    "image": "docker.io/istio/pilot:1.28.0",
+                                    "env": [{"name": "CA_TRUSTED_NODE_ACCOUNTS", "value": trusted}],
+                                }
+                            ]
+                        },
+                    },
+                },
+            },
+        )
+
+
+@pytest.fixture(scope="module")
+def operator(
+    cluster: LocalCluster, istio_env: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningOperator]:
+    """The operator process, with a short resync so no-op passes are observable."""
+    op = RunningOperator(
+        cluster, tmp_path_factory.mktemp("operator"), extra_args=["--resync-seconds", "2"]
+    )
+    with op.running():
+        yield op
+    assert "Traceback" not in op.log_text(), op.log_text()[-4000:]
+
+
+@pytest.fixture(scope="module")
+def audit(cluster: LocalCluster) -> AuditLog:
+    """The API server's audit log."""
+    return AuditLog(cluster.audit_log)
+
+
+def _apply_sample_mesh(cluster: LocalCluster) -> None:
+    kubectl = [str(cluster.bin_dir / "kubectl"), "--kubeconfig", str(cluster.kubeconfig)]
+    done = subprocess.run(
+        [*kubectl, "apply", "--server-side", "-f", str(SAMPLE_MESH)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def _agent_pods(k8s: client.ApiClient) -> list[Any]:
+    """What the agent pods look like, for failure messages."""
+    return [
+        (
+            p.metadata.name,
+            p.spec.node_name,
+            p.status.phase,
+            [(c.type, c.status, c.reason) for c in p.status.conditions or []],
+            p.metadata.deletion_timestamp,
+        )
+        for p in client.CoreV1Api(k8s).list_namespaced_pod(AGENTS_NS).items
+    ]
+
+
+def _wait_placed(k8s: client.ApiClient, ds: str, node: str, timeout: float) -> None:
+    try:
+        wait_for(lambda: node in _placed(k8s, ds), timeout, f"{ds} pod running on {node}")
+    except TimeoutError as exc:
+        raise AssertionError(f"{ds} not on {node}; agent pods: {_agent_pods(k8s)}") from exc
+
+
+def _wait_converged(k8s: client.ApiClient, timeout: float, what: str) -> None:
+    try:
+        wait_for(lambda: _converged(k8s), timeout, what)
+    except TimeoutError as exc:
+        raise AssertionError(
+            f"{what}: Ready is {_condition(_mesh(k8s), 'Ready')}; agent pods: {_agent_pods(k8s)}"
+        ) from exc
+
+
+def _converged(k8s: client.ApiClient) -> bool:
+    mesh = _mesh(k8s)
+    ready = _condition(mesh, "Ready")
+    gen = mesh["metadata"]["generation"]
+    return ready.get("status") == "True" and ready.get("observedGeneration") == gen
+
+
+def test_sample_mesh_converges(
+    cluster: LocalCluster, k8s: client.ApiClient, operator: RunningOperator
+) -> None:
+    _apply_sample_mesh(cluster)
+    expected = _expected(k8s)
+    assert any("windows" in name for name in expected), expected
+    wait_for(lambda: set(_daemonsets(k8s)) == set(expected), 60, f"DaemonSets {set(expected)}")
+    for name, nodes in expected.items():
+        wait_for(lambda n=name, w=set(nodes): _placed(k8s, n) == w, 90, f"{name} pods on {nodes}")
+    _wait_converged(k8s, 60, "Ready=True")
+
+    mesh = _mesh(k8s)
+    status = mesh["status"]
+    assert _condition(mesh, "Reconciled")["status"] == "True"
+    degraded = _condition(mesh, "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "UnsupportedNodes"
+    assert "win2019-1" in degraded["message"]
+    assert status["readyComponents"] == f"{len(expected)}/{len(expected)}"
+    by_name = {cs["name"]: cs for cs in status["components"]}
+    for name, nodes in expected.items():
+        assert by_name[name]["desired"] == len(nodes) == by_name[name]["ready"]
+    assert status["nodes"]["unsupported"] >= 1
+    assert any(n["name"] == "win2019-1" for n in status["nodes"]["unsupportedNodes"])
+
+    # `kubectl get` shows readiness and node counts at a glance.
+    out = subprocess.run(
+        [str(cluster.bin_dir / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), "get", "amesh"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    header, row = out.splitlines()[:2]
+    assert header.split()[:6] == ["NAME", "READY", "DEGRADED", "AGENTS", "LINUX", "WINDOWS"]
+    assert row.split()[:3] == ["default", "True", "True"]
+
+    events = (
+        client.CoreV1Api(k8s)
+        .list_namespaced_event("default", field_selector="involvedObject.kind=AmbientMesh")
+        .items
+    )
+    assert {e.reason for e in events} >= {"UnsupportedNodes", "AgentsReady"}
+
+
+def _node_doc(name: str, build: str, kernel: str, *, label: bool = True) -> dict[str, Any]:
+    labels = {
+        "kubernetes.io/os": "windows",
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/hostname": name,
+    }
+    if label:
+        labels["node.kubernetes.io/windows-build"] = build
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"taints": [{"key": "os", "value": "windows", "effect": "NoSchedule"}]},
+        "status": {
+            "nodeInfo": {
+                "kernelVersion": kernel,
+                "operatingSystem": "windows",
+                "architecture": "amd64",
+                "osImage": "Windows Server",
+            }
+        },
+    }
+
+
+def _create_node_docs(
+    k8s: client.ApiClient, tmp: Path, docs: list[dict[str, Any]], parallel: int = 1
+) -> None:
+    """Create kwok nodes; with `parallel`, from that many threads at once (a burst)."""
+    chunks = [docs[i::parallel] for i in range(parallel)]
+    paths = []
+    for chunk in chunks:
+        path = tmp / f"{unique_name('nodes')}.yaml"
+        path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": chunk}))
+        paths.append(path)
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        for done in [pool.submit(create_nodes, k8s, p, timeout=180) for p in paths]:
+            done.result()
+
+
+def _desired(k8s: client.ApiClient, ds: str) -> int:
+    found = _daemonsets(k8s).get(ds)
+    return -1 if found is None or found.status is None else found.status.desired_number_scheduled
+
+
+def test_nodes_come_and_go(
+    k8s: client.ApiClient, operator: RunningOperator, tmp_path: Path
+) -> None:
+    core = client.CoreV1Api(k8s)
+    ws2025 = next(n for n in _expected(k8s) if n.startswith("ztunnel") and "ltsc2025" in n)
+    before = _desired(k8s, ws2025)
+    extra = unique_name("win2025-x")
+    _create_node_docs(k8s, tmp_path, [_node_doc(extra, "10.0.26100", "10.0.26100.2314")])
+    try:
+        wait_for(lambda: _desired(k8s, ws2025) == before + 1, 30, "WS2025 node gets its agent")
+        _wait_placed(k8s, ws2025, extra, 60)
+    finally:
+        core.delete_node(extra)
+
+    ws2022 = {n for n in _expected(k8s) if "ltsc2022" in n}
+    assert ws2022
+    # A Windows node without the build label still gets the agent of its build.
+    unlabeled = unique_name("win2022-nolabel")
+    _create_node_docs(
+        k8s, tmp_path, [_node_doc(unlabeled, "10.0.20348", "10.0.20348.2762", label=False)]
+    )
+    ws2022_ztunnel = sorted(n for n in ws2022 if n.startswith("ztunnel"))[0]
+    try:
+        _wait_placed(k8s, ws2022_ztunnel, unlabeled, 60)
+        assert "node.kubernetes.io/windows-build" not in (
+            core.read_node(unlabeled).metadata.labels or {}
+        )
+    finally:
+        core.delete_node(unlabeled)
+    _wait_converged(k8s, 90, "Ready after the unlabelled node left")
+
+    # The last node of a build leaves: that build's DaemonSets go. The shared
+    # sample nodes stay put: the mesh is narrowed to a pool of our own nodes.
+    custom = client.CustomObjectsApi(k8s)
+    pool = {"ambient-test/pool": unique_name("pool")}
+    custom.patch_cluster_custom_object(
+        GROUP,
+        VERSION,
+        PLURAL,
+        "default",
+        {"spec": {"platforms": {"windows": {"nodeSelector": pool}}}},
+    )
+    try:
+        wait_for(lambda: not ws2022 & set(_daemonsets(k8s)), 30, "no WS2022 node in the pool")
+        own = unique_name("win2022-own")
+        doc = _node_doc(own, "10.0.20348", "10.0.20348.2762")
+        doc["metadata"]["labels"].update(pool)
+        _create_node_docs(k8s, tmp_path, [doc])
+        wait_for(lambda: ws2022 <= set(_daemonsets(k8s)), 30, "WS2022 DaemonSets for the node")
+        _wait_placed(k8s, ws2022_ztunnel, own, 60)
+        core.delete_node(own)
+        wait_for(lambda: not ws2022 & set(_daemonsets(k8s)), 30, "last WS2022 node left")
+    finally:
+        custom.patch_cluster_custom_object(
+            GROUP,
+            VERSION,
+            PLURAL,
+            "default",
+            {"spec": {"platforms": {"windows": {"nodeSelector": None}}}},
+        )
+    wait_for(lambda: ws2022 <= set(_daemonsets(k8s)), 30, "WS2022 DaemonSets back")
+    _wait_converged(k8s, 90, "Ready again")
+
+
+def test_burst_of_nodes_is_a_handful_of_reconciles(
+    k8s: client.ApiClient, operator: RunningOperator, tmp_path: Path
+) -> None:
+    count = 200
+    names = [unique_name(f"burst-{i}") for i in range(count)]
+    docs = [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": n,
+                "labels": {
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                    "kubernetes.io/hostname": n,
+                },
+            },
+            "status": {
+                "nodeInfo": {
+                    "operatingSystem": "linux",
+                    "architecture": "amd64",
+                    "kernelVersion": "6.8.0",
+                }
+            },
+        }
+        for n in names
+    ]
+    total_before = _mesh(k8s)["status"]["nodes"]["total"]
+    reconciles_before = operator.metric("ambient_operator_reconcile_total")
+    _create_node_docs(k8s, tmp_path, docs, parallel=10)
+    try:
+        wait_for(
+            lambda: _mesh(k8s)["status"]["nodes"]["total"] == total_before + count,
+            120,
+            "status counts the new nodes",
+        )
+        reconciles = operator.metric("ambient_operator_reconcile_total") - reconciles_before
+        assert 1 <= reconciles <= 40, f"{reconciles} reconciles for {count} node events"
+    finally:
+        for n in names:
+            with contextlib.suppress(ApiException):
+                client.CoreV1Api(k8s).delete_node(n)
+    wait_for(lambda: _mesh(k8s)["status"]["nodes"]["total"] == total_before, 120, "nodes gone")
+    _wait_converged(k8s, 180, "Ready again")
+
+
+def test_drift_is_put_back(k8s: client.ApiClient, operator: RunningOperator) -> None:
+    apps = client.AppsV1Api(k8s)
+    sets = _daemonsets(k8s)
+    first, second = sorted(sets)[:2]
+    image = sets[first].spec.template.spec.containers[0].image
+    apps.patch_namespaced_daemon_set(
+        first,
+        AGENTS_NS,
+        {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": sets[first].spec.template.spec.containers[0].name,
+                                "image": "docker.io/evil/image:1",
+                            }
+                        ]
+                    }
+                }
+            }
+        },
+    )
+    old_uid = sets[second].metadata.uid
+    apps.delete_namespaced_daemon_set(second, AGENTS_NS)
+    wait_for(
+        lambda: (
+            apps.read_namespaced_daemon_set(first, AGENTS_NS).spec.template.spec.containers[0].image
+            == image
+        ),
+        30,
+        "image restored",
+    )
+    wait_for(
+        lambda: apps.read_namespaced_daemon_set(second, AGENTS_NS).metadata.uid != old_uid,
+        30,
+        "deleted DaemonSet recreated",
+    )
+    _wait_converged(k8s, 90, "Ready again")
+
+
+def test_restart_and_resync_make_no_writes(
+    k8s: client.ApiClient, operator: RunningOperator, audit: AuditLog
+) -> None:
+    _wait_converged(k8s, 90, "converged")
+    operator.stop()
+    mark = audit.mark()
+    operator.start()
+    # Two passes: the first after start-up, then at least one periodic resync.
+    wait_for(lambda: operator.metric("ambient_operator_reconcile_total") >= 3, 60, "3 passes")
+    assert audit.events(mark), "the audit log shows no request of the operator at all"
+    assert audit.writes(mark) == []
+
+
+def _event_reasons(k8s: client.ApiClient, kind: str, name: str) -> set[str]:
+    events = (
+        client.CoreV1Api(k8s)
+        .list_event_for_all_namespaces(
+            field_selector=f"involvedObject.kind={kind},involvedObject.name={name}"
+        )
+        .items
+    )
+    return {e.reason for e in events if e.type == "Warning"}
+
+
+def _pod(name: str, windows: bool = False) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "app", "image": "docker.io/library/nginx:1"}]}
+    if windows:
+        spec["nodeSelector"] = {
+            "kubernetes.io/os": "windows",
+            "node.kubernetes.io/windows-build": "10.0.26100",
+        }
+        spec["tolerations"] = [{"key": "os", "operator": "Exists"}]
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def test_namespace_labels_and_enrollment(k8s: client.ApiClient, operator: RunningOperator) -> None:
+    core = client.CoreV1Api(k8s)
+    bad, both, wp, good = (unique_name(p) for p in ("bad", "both", "wp", "enrolled"))
+    labels = {
+        bad: {"istio.io/dataplane-mode": "on"},
+        both: {"istio.io/dataplane-mode": "ambient", "istio-injection": "enabled"},
+        wp: {"istio.io/dataplane-mode": "ambient", "istio.io/use-waypoint": "nope"},
+        good: {"istio.io/dataplane-mode": "ambient"},
+    }
+    base = _mesh(k8s)["status"]["enrollment"]
+    for name, lab in labels.items():
+        core.create_namespace({"metadata": {"name": name, "labels": lab}})
+    try:
+        wait_for(
+            lambda: "InvalidDataplaneMode" in _event_reasons(k8s, "Namespace", bad),
+            30,
+            "invalid value warned",
+        )
+        wait_for(
+            lambda: "SidecarAndAmbient" in _event_reasons(k8s, "Namespace", both),
+            30,
+            "sidecar conflict warned",
+        )
+        wait_for(
+            lambda: "WaypointNotFound" in _event_reasons(k8s, "Namespace", wp),
+            30,
+            "missing waypoint warned",
+        )
+
+        wait_for(lambda: core.read_namespaced_service_account("default", good), 30, "SA")
+        for i in range(3):
+            core.create_namespaced_pod(good, _pod(f"linux-{i}"))
+        core.create_namespaced_pod(good, _pod("win-0", windows=True))
+        core.patch_namespaced_pod(
+            "linux-0",
+            good,
+            {"metadata": {"annotations": {"ambient.istio.io/redirection": "enabled"}}},
+        )
+
+        def counts() -> dict[str, Any]:
+            return dict(_mesh(k8s)["status"]["enrollment"])
+
+        def deltas() -> tuple[int, int, int]:
+            now = counts()
+            return tuple(  # type: ignore[return-value]
+                int(now[os_key][state]) - int(base[os_key][state])
+                for os_key, state in (
+                    ("linuxPods", "enabled"),
+                    ("linuxPods", "missing"),
+                    ("windowsPods", "missing"),
+                )
+            )
+
+        wait_for(lambda: deltas() == (1, 2, 1), 30, "enrollment totals match the pods")
+        assert counts()["namespaces"] - base["namespaces"] == 3  # both, wp, good
+        # Relabelling the namespace updates the totals.
+        core.patch_namespace(good, {"metadata": {"labels": {"istio.io/dataplane-mode": "none"}}})
+        wait_for(lambda: deltas() == (0, 0, 0), 30, "totals drop after relabel")
+    finally:
+        for name in labels:
+            with contextlib.suppress(ApiException):
+                core.delete_namespace(name)
+
+
+def test_metrics_tell_the_same_story(k8s: client.ApiClient, operator: RunningOperator) -> None:
+    status = _mesh(k8s)["status"]
+    assert operator.metric("ambient_operator_reconcile_total", controller="dataplane") >= 1
+    assert (
+        operator.metric(
+            "ambient_operator_nodes", os="windows", build="10.0.17763", supported="false"
+        )
+        == 1
+    )
+    nodes = status["nodes"]
+    assert operator.metric("ambient_operator_nodes") == nodes["total"]
+    assert operator.metric("ambient_operator_nodes", supported="false") == nodes["unsupported"]
+    assert (
+        operator.metric("ambient_operator_enrolled_namespaces")
+        == status["enrollment"]["namespaces"]
+    )
+    linux = status["enrollment"]["linuxPods"]
+    assert (
+        operator.metric("ambient_operator_enrolled_pods", os="linux", redirection="missing")
+        == (linux["missing"])
+    )
+    metrics = operator.metrics()
+    assert any(k.startswith("ambient_operator_reconcile_duration_seconds_bucket") for k in metrics)
+    # This process started after convergence (the zero-write test): it applied nothing.
+    assert operator.metric("ambient_operator_objects_applied_total") == 0
+    # Since then it wrote only news and status: the namespace test's warnings.
+    assert operator.metric("ambient_operator_events_total", type="Warning") >= 3
+
+
+def test_deleting_the_mesh_removes_only_what_it_created(
+    k8s: client.ApiClient, operator: RunningOperator
+) -> None:
+    core, apps, rbac = (
+        client.CoreV1Api(k8s),
+        client.AppsV1Api(k8s),
+        client.RbacAuthorizationV1Api(k8s),
+    )
+    core.create_namespaced_config_map(AGENTS_NS, {"metadata": {"name": unique_name("user-cm")}})
+    user_cms = {cm.metadata.name for cm in core.list_namespaced_config_map(AGENTS_NS).items}
+    client.CustomObjectsApi(k8s).delete_cluster_custom_object(GROUP, VERSION, PLURAL, "default")
+
+    def ours() -> int:
+        return sum(
+            len(items)
+            for items in (
+                apps.list_namespaced_daemon_set(AGENTS_NS, label_selector=SELECTOR).items,
+                core.list_namespaced_service_account(AGENTS_NS, label_selector=SELECTOR).items,
+                core.list_namespaced_config_map(AGENTS_NS, label_selector=SELECTOR).items,
+                rbac.list_cluster_role(label_selector=SELECTOR).items,
+                rbac.list_cluster_role_binding(label_selector=SELECTOR).items,
+            )
+        )
+
+    wait_for(lambda: ours() == 0, 60, "garbage collection of the mesh's objects")
+    left = {cm.metadata.name for cm in core.list_namespaced_config_map(AGENTS_NS).items}
+    mine = {
+        cm.metadata.name
+        for cm in core.list_namespaced_config_map(AGENTS_NS).items
+        if (cm.metadata.labels or {}).get("ambientoperator.io/controller") == "dataplane"
+    }
+    assert not mine
+    assert {n for n in user_cms if "user-cm" in n} <= left
+    assert core.read_namespaced_service("istiod", AGENTS_NS)
+    assert apps.read_namespaced_deployment("istiod", AGENTS_NS)
+    assert operator.alive()

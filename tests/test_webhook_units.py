@@ -1,0 +1,587 @@
+"""The webhook's pure parts: decision, patch, init container, certificates, configuration."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import re
+import socket
+import ssl
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, cast
+
+import jsonpatch
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ambient_operator import constants as c
+from ambient_operator.cli import build_parser
+from ambient_operator.facts import NodeFacts
+from ambient_operator.kube.client import Kube
+from ambient_operator.state import ClusterState
+from ambient_operator.webhook import certs
+from ambient_operator.webhook import decide as d
+from ambient_operator.webhook.config import WebhookOptions, webhook_configuration
+from ambient_operator.webhook.misses import MissTracker
+from ambient_operator.webhook.server import AdmissionServer, Webhook
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE_NODES = ROOT / "operator/ambient_operator/samples/nodes-mixed.yaml"
+TOLERATE = [{"key": "os", "operator": "Exists"}]
+ENROLLED = {c.LABEL_DATAPLANE_MODE: "ambient"}
+NOW = datetime(2026, 11, 30, tzinfo=UTC)
+
+
+def _nodes() -> list[NodeFacts]:
+    return [NodeFacts.from_node(n) for n in yaml.safe_load(SAMPLE_NODES.read_text())["items"]]
+
+
+def _node(name: str, build: str, **labels: str) -> NodeFacts:
+    return NodeFacts.from_node(
+        {
+            "metadata": {
+                "name": name,
+                "labels": {
+                    c.LABEL_OS: "windows",
+                    c.LABEL_ARCH: "amd64",
+                    c.LABEL_WINDOWS_BUILD: build,
+                    **labels,
+                },
+            }
+        }
+    )
+
+
+def _mesh(**spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "default", "uid": "u"}, "spec": spec}
+
+
+def _ctx(nodes: list[NodeFacts] | None = None, **spec: Any) -> d.Context:
+    return d.Context.build(_mesh(**spec), _nodes() if nodes is None else nodes)
+
+
+def _pod(**spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "labels": {}, "annotations": {}},
+        "spec": {"containers": [{"name": "app", "image": "app:1"}], **spec},
+    }
+
+
+WIN = {"nodeSelector": {c.LABEL_OS: "windows"}, "tolerations": TOLERATE}
+
+
+def _pinned(build: str) -> dict[str, Any]:
+    return {"nodeSelector": {c.LABEL_OS: "windows", c.LABEL_WINDOWS_BUILD: build}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "action", "reason", "build"),
+    [
+        ({"nodeSelector": {c.LABEL_OS: "linux"}}, "none", d.NOT_WINDOWS, None),
+        ({}, "none", d.NOT_WINDOWS, None),
+        (WIN, "inject", d.MAY_LAND, None),
+        ({"os": {"name": "windows"}, "tolerations": TOLERATE}, "inject", d.MAY_LAND, None),
+        ({"os": {"name": "windows"}}, "none", d.NO_PRE_WS2025_NODE, None),  # taint not tolerated
+        (_pinned(c.BUILD_WS2022), "inject", d.PINNED_BUILD, c.BUILD_WS2022),
+        (_pinned(c.BUILD_WS2025), "none", d.NO_PRE_WS2025_BUILD, None),
+        (_pinned(c.BUILD_WS2019), "none", d.NO_PRE_WS2025_BUILD, None),  # no agents there
+        ({"nodeName": "win2022-1"}, "inject", d.ON_PRE_WS2025_NODE, c.BUILD_WS2022),
+        ({"nodeName": "win2025-1"}, "none", d.NO_PRE_WS2025_NODE, None),
+        ({"nodeName": "linux-amd64-1"}, "none", d.NOT_WINDOWS, None),
+        (
+            {"nodeSelector": {c.LABEL_HOSTNAME: "win2022-1"}, "tolerations": TOLERATE},
+            "inject",
+            d.MAY_LAND,
+            None,
+        ),
+        ({**_pinned(c.BUILD_WS2022), "hostNetwork": True}, "none", d.HOST_NETWORK, None),
+    ],
+)
+def test_decisions_on_the_sample_cluster(
+    spec: dict[str, Any], action: str, reason: str, build: str | None
+) -> None:
+    decision = d.decide(_pod(**spec), ENROLLED, _ctx())
+    assert (decision.action, decision.reason, decision.build) == (action, reason, build)
+
+
+def test_only_ws2025_windows_nodes_means_no_injection() -> None:
+    nodes = [n for n in _nodes() if n.os == "linux"] + [_node("w25", c.BUILD_WS2025)]
+    decision = d.decide(_pod(**WIN), ENROLLED, _ctx(nodes))
+    assert (decision.action, decision.reason) == ("none", d.NO_PRE_WS2025_NODE)
+    # Pinned to WS2022 it still gets the workaround: a WS2022 node may join later.
+    pinned = d.decide(_pod(**_pinned(c.BUILD_WS2022)), ENROLLED, _ctx(nodes))
+    assert pinned.inject
+
+
+def test_affinity_build_pins() -> None:
+    def affinity(*terms: list[str]) -> dict[str, Any]:
+        return {
+            "tolerations": TOLERATE,
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {"key": c.LABEL_WINDOWS_BUILD, "operator": "In", "values": t}
+                                ]
+                            }
+                            for t in terms
+                        ]
+                    }
+                }
+            },
+        }
+
+    one = d.decide(_pod(**affinity([c.BUILD_WS2022])), ENROLLED, _ctx())
+    assert (one.action, one.build) == ("inject", c.BUILD_WS2022)
+    assert one.image == "mcr.microsoft.com/windows/nanoserver:ltsc2022"
+    both = d.decide(_pod(**affinity([c.BUILD_WS2022], [c.BUILD_WS2025])), ENROLLED, _ctx())
+    assert (both.action, both.build) == ("inject", None)  # several builds: multi-build image
+    assert both.image == "docker.io/istio/redirection-wait:1.28.0"
+    ws2025 = d.decide(_pod(**affinity([c.BUILD_WS2025])), ENROLLED, _ctx())
+    assert ws2025.action == "none"
+
+
+def test_runtime_class_makes_a_windows_pod() -> None:
+    rcs = {"win": {"nodeSelector": {c.LABEL_OS: "windows"}, "tolerations": TOLERATE}}
+    ctx = d.Context.build(_mesh(), _nodes(), rcs)
+    assert d.decide(_pod(runtimeClassName="win"), ENROLLED, ctx).inject
+    assert not d.decide(_pod(runtimeClassName="other"), ENROLLED, ctx).inject
+
+
+@pytest.mark.parametrize(
+    ("labels", "annotations", "ns_labels", "reason"),
+    [
+        ({}, {d.ANNOTATION: "False"}, ENROLLED, d.OPTED_OUT),
+        ({c.LABEL_DATAPLANE_MODE: "none"}, {}, ENROLLED, d.MODE_NONE),
+        ({"sidecar.istio.io/inject": "true"}, {}, ENROLLED, d.SIDECAR),
+        ({}, {"sidecar.istio.io/status": "{}"}, ENROLLED, d.SIDECAR),
+        ({}, {}, {**ENROLLED, "istio-injection": "enabled"}, d.SIDECAR),
+        ({}, {}, {}, d.NOT_ENROLLED),
+    ],
+)
+def test_pods_left_alone(
+    labels: dict[str, str], annotations: dict[str, str], ns_labels: dict[str, str], reason: str
+) -> None:
+    pod = _pod(**_pinned(c.BUILD_WS2022))
+    pod["metadata"].update(labels=labels, annotations=annotations)
+    assert d.decide(pod, ns_labels, _ctx()).reason == reason
+
+
+def test_pod_label_enrolls_and_unknown_namespace_trusts_the_selector() -> None:
+    pod = _pod(**_pinned(c.BUILD_WS2022))
+    assert d.decide(pod, None, _ctx()).inject
+    pod["metadata"]["labels"] = ENROLLED
+    assert d.decide(pod, {}, _ctx()).inject
+
+
+def test_mesh_gates_the_workaround() -> None:
+    pod = _pod(**_pinned(c.BUILD_WS2022))
+    nodes = _nodes()
+    assert d.decide(pod, ENROLLED, d.Context.build(None, nodes)).reason == d.NO_MESH
+    off = _ctx(newPodWorkaround={"enabled": False})
+    assert d.decide(pod, ENROLLED, off).reason == d.DISABLED
+    no_windows = _ctx(platforms={"windows": {"enabled": False}})
+    assert d.decide(pod, ENROLLED, no_windows).reason == d.NO_PRE_WS2025_BUILD
+    only_2025 = _ctx(platforms={"windows": {"builds": [c.BUILD_WS2025]}})
+    assert d.decide(_pod(**WIN), ENROLLED, only_2025).reason == d.NO_PRE_WS2025_NODE
+    invalid = d.Context.build(_mesh(newPodWorkaround={"timeoutSeconds": -1}), nodes)
+    assert d.decide(pod, ENROLLED, invalid).reason == d.NO_MESH
+
+
+def test_images_and_timeout_come_from_the_spec() -> None:
+    ctx = _ctx(
+        images={"hub": "registry.example.com/istio", "tag": "9.9.9"},
+        newPodWorkaround={
+            "timeoutSeconds": 30,
+            "images": {c.BUILD_WS2022: "registry.example.com/nano:ltsc2022"},
+        },
+    )
+    pinned = d.decide(_pod(**_pinned(c.BUILD_WS2022)), ENROLLED, ctx)
+    assert (pinned.image, pinned.timeout_seconds) == ("registry.example.com/nano:ltsc2022", 30)
+    loose = d.decide(_pod(**WIN), ENROLLED, ctx)
+    assert loose.image == "registry.example.com/istio/redirection-wait:9.9.9"
+
+
+def test_init_container_volume_environment_and_command() -> None:
+    decision = d.decide(_pod(**_pinned(c.BUILD_WS2022)), ENROLLED, _ctx())
+    pod = d.mutated(_pod(**_pinned(c.BUILD_WS2022)), decision)
+    ours = pod["spec"]["initContainers"][0]
+    assert ours["name"] == d.CONTAINER_NAME
+    assert ours["command"][:3] == ["cmd.exe", "/S", "/C"]
+    env = {e["name"]: e["value"] for e in ours["env"]}
+    assert env == {d.ENV_TIMEOUT: "120", d.ENV_FILE: "C:\\ambient\\podinfo\\annotations"}
+    assert ours["volumeMounts"] == [
+        {"name": d.VOLUME_NAME, "mountPath": "C:\\ambient\\podinfo", "readOnly": True}
+    ]
+    assert ours["resources"] == {"requests": {"cpu": "10m", "memory": "32Mi"}}
+    assert ours["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert pod["spec"]["volumes"] == [
+        {
+            "name": d.VOLUME_NAME,
+            "downwardAPI": {
+                "items": [
+                    {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}
+                ]
+            },
+        }
+    ]
+    assert pod["metadata"]["annotations"][d.ANNOTATION] == (
+        f"injected; build={c.BUILD_WS2022}; reason={d.PINNED_BUILD}"
+    )
+
+
+def test_wait_script_survives_the_trip_to_cmd() -> None:
+    script = d.COMMAND[3]
+    # The runtime escapes double quotes with backslashes that cmd.exe keeps.
+    assert '"' not in script
+    # `^` is cmd's escape character outside quotes.
+    assert "^" not in script
+    # Percent signs: one FOR variable, then only paired environment references.
+    assert script.count("%i") == 1
+    refs = re.findall(r"%([A-Z_]+)%", script)
+    assert set(refs) == {d.ENV_TIMEOUT, d.ENV_FILE}
+    assert script.count("%") == 1 + 2 * len(refs)
+    # It polls the annotation the downward API writes as key="value" lines,
+    # anchored at the line start, about once a second, and fails at the end.
+    assert "findstr /B /R /C:ambient\\.istio\\.io/redirection=.enabled." in script
+    assert re.match(
+        r"^ambient\.istio\.io/redirection=.enabled.", 'ambient.istio.io/redirection="enabled"'
+    )
+    assert "ping -n 2 127.0.0.1" in script
+    assert script.startswith(f"for /L %i in (1,1,%{d.ENV_TIMEOUT}%) do @(")
+    assert script.endswith("1>&2 & exit 1")
+    assert "exit 0" in script
+    assert not script.endswith("\\")  # a trailing backslash would be doubled when quoted
+
+
+def test_guaranteed_pods_stay_guaranteed_and_security_is_copied() -> None:
+    same = {"cpu": "1", "memory": "1Gi"}
+    spec = {
+        "containers": [
+            {
+                "name": "app",
+                "resources": {"requests": same, "limits": same},
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "windowsOptions": {"runAsUserName": "app-user"},
+                },
+            }
+        ]
+    }
+    decision = d.Decision("inject", d.PINNED_BUILD, "", c.BUILD_WS2022, "img", 120)
+    ours = d.init_container(decision, spec)
+    assert ours["resources"]["requests"] == ours["resources"]["limits"]
+    # Restrictions copied, identity not: app-user need not exist in our image.
+    assert ours["securityContext"] == {
+        "runAsNonRoot": True,
+        "windowsOptions": {"runAsUserName": "ContainerUser"},
+    }
+
+
+def test_no_duplicate_and_reinvocation_keeps_ours_first() -> None:
+    ctx = _ctx()
+    pod = _pod(**_pinned(c.BUILD_WS2022))
+    once = d.mutated(pod, d.decide(pod, ENROLLED, ctx))
+    again = d.decide(once, ENROLLED, ctx)
+    assert (again.action, again.reason) == ("none", d.ALREADY_PRESENT)
+    # Another webhook put its init container ahead of ours.
+    once["spec"]["initContainers"].insert(0, {"name": "theirs", "image": "x"})
+    reorder = d.decide(once, ENROLLED, ctx)
+    assert reorder.action == "reorder"
+    fixed = d.mutated(once, reorder)
+    assert [ct["name"] for ct in fixed["spec"]["initContainers"]] == [d.CONTAINER_NAME, "theirs"]
+    assert len(fixed["spec"]["volumes"]) == 1
+
+
+_LABELS = st.dictionaries(
+    st.sampled_from([c.LABEL_OS, c.LABEL_WINDOWS_BUILD, c.LABEL_HOSTNAME, "pool"]),
+    st.sampled_from(["windows", "linux", c.BUILD_WS2022, c.BUILD_WS2025, "win2022-1", "x"]),
+    max_size=3,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    selector=_LABELS,
+    os_name=st.sampled_from([None, "windows", "linux"]),
+    tolerate=st.booleans(),
+    node_name=st.sampled_from([None, "win2022-1", "win2025-1", "linux-amd64-1", "nope"]),
+    host_network=st.booleans(),
+)
+def test_decide_never_raises_and_mutation_is_idempotent(
+    selector: dict[str, str],
+    os_name: str | None,
+    tolerate: bool,
+    node_name: str | None,
+    host_network: bool,
+) -> None:
+    spec: dict[str, Any] = {"nodeSelector": selector, "hostNetwork": host_network}
+    if os_name:
+        spec["os"] = {"name": os_name}
+    if tolerate:
+        spec["tolerations"] = TOLERATE
+    if node_name:
+        spec["nodeName"] = node_name
+    ctx = _ctx()
+    pod = _pod(**spec)
+    decision = d.decide(pod, ENROLLED, ctx)
+    out = d.mutated(pod, decision)
+    assert len(
+        [ct for ct in out["spec"].get("initContainers") or [] if ct["name"] == d.CONTAINER_NAME]
+    ) == (1 if decision.inject else 0)
+    assert d.decide(out, ENROLLED, ctx).action == "none"
+    if decision.inject:
+        assert os_name != "linux" and not host_network
+
+
+# -- certificates -----------------------------------------------------------------
+
+
+def test_generated_material_serves_the_hosts() -> None:
+    material = certs.generate(["127.0.0.1", "hook.ns.svc"], NOW)
+    assert certs.renewal_reason(material, ["127.0.0.1", "hook.ns.svc"], NOW) is None
+    leaf = x509.load_pem_x509_certificate(material.cert)
+    ca = x509.load_pem_x509_certificate(material.ca_bundle)
+    leaf.verify_directly_issued_by(ca)
+    sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "hook.ns.svc" in sans.get_values_for_type(x509.DNSName)
+    assert b"PRIVATE KEY" in material.serving_pem() and b"CERTIFICATE" in material.serving_pem()
+
+
+def test_leaf_renewal_keeps_the_ca() -> None:
+    material = certs.generate(["127.0.0.1"], NOW)
+    later = NOW + timedelta(days=certs.LEAF_DAYS - 10)
+    assert certs.renewal_reason(material, ["127.0.0.1"], later) == "the certificate expires soon"
+    renewed = certs.renewed(material, ["127.0.0.1"], later)
+    assert renewed.ca_bundle == material.ca_bundle  # caBundle unchanged
+    assert certs.renewal_reason(renewed, ["127.0.0.1"], later) is None
+    assert certs.renewal_reason(material, ["other.svc"], NOW) is not None
+
+
+def test_ca_rotation_keeps_the_old_ca_in_the_bundle() -> None:
+    material = certs.generate(["127.0.0.1"], NOW)
+    late = NOW + timedelta(days=certs.CA_DAYS - 100)
+    assert certs.renewal_reason(material, ["127.0.0.1"], late) == "the CA expires soon"
+    rotated = certs.renewed(material, ["127.0.0.1"], late)
+    cas = x509.load_pem_x509_certificates(rotated.ca_bundle)
+    assert len(cas) == 2 and cas[1].public_bytes(serialization.Encoding.PEM) == material.ca_bundle
+    assert certs.renewal_reason(rotated, ["127.0.0.1"], late) is None
+
+
+def test_broken_material_is_replaced() -> None:
+    material = certs.generate(["127.0.0.1"], NOW)
+    other = certs.generate(["127.0.0.1"], NOW)
+    mixed = certs.TLSMaterial(material.ca_bundle, material.ca_key, other.cert, other.key)
+    assert certs.renewal_reason(mixed, ["127.0.0.1"], NOW) is not None
+    with pytest.raises(ValueError, match=r"tls\.key"):
+        certs.TLSMaterial.from_data({"tls.crt": b"x", "ca.crt": b"y"})
+
+
+def test_cert_dir_is_an_alternative_source(tmp_path: Path) -> None:
+    material = certs.generate(["127.0.0.1"], NOW)
+    for name, data in material.as_data().items():
+        if name != certs.KEY_CA_KEY:
+            (tmp_path / name).write_bytes(data)
+    hook = Webhook(
+        ClusterState(),
+        cast(Kube, None),  # never called: the folder is the source
+        WebhookOptions(url="https://127.0.0.1:9443", cert_dir=str(tmp_path)),
+    )
+    loaded = hook.load_material()
+    assert (loaded.cert, loaded.ca_bundle, loaded.ca_key) == (
+        material.cert,
+        material.ca_bundle,
+        None,
+    )
+    assert hook.serving_paths() == (tmp_path / "tls.crt", tmp_path / "tls.key", tmp_path / "ca.crt")
+
+
+# -- configuration and flags -------------------------------------------------------
+
+
+def test_configuration_by_url_and_by_service() -> None:
+    by_url = WebhookOptions(url="https://127.0.0.1:9443/")
+    config = webhook_configuration(by_url.client_config(b"CA"))
+    for hook in config["webhooks"]:
+        assert hook["clientConfig"] == {
+            "url": "https://127.0.0.1:9443/redirection-wait",
+            "caBundle": base64.b64encode(b"CA").decode(),
+        }
+        assert hook["failurePolicy"] == "Ignore" and hook["timeoutSeconds"] <= 5
+        assert hook["sideEffects"] == "None" and hook["reinvocationPolicy"] == "IfNeeded"
+    by_service = WebhookOptions(service="istio-system/ambient-operator-webhook")
+    assert by_service.client_config(b"CA")["service"] == {
+        "namespace": "istio-system",
+        "name": "ambient-operator-webhook",
+        "port": 443,
+        "path": "/redirection-wait",
+    }
+    assert "ambient-operator-webhook.istio-system.svc" in by_service.hosts()
+    assert by_url.hosts() == ["127.0.0.1"]
+    assert not WebhookOptions().enabled
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"url": "http://127.0.0.1:9443"},
+        {"url": "https://127.0.0.1:9443", "service": "a/b"},
+        {"service": "no-slash"},
+    ],
+)
+def test_bad_webhook_options_are_refused(kwargs: dict[str, str]) -> None:
+    with pytest.raises(ValueError):
+        WebhookOptions(**kwargs)
+
+
+def test_run_flags() -> None:
+    args = build_parser().parse_args(
+        [
+            "run",
+            "--webhook-service",
+            "ops/hook:8443",
+            "--webhook-port",
+            "9555",
+            "--webhook-cert-dir",
+            "/certs",
+            "--webhook-namespace",
+            "ops",
+        ]
+    )
+    assert (args.webhook_service, args.webhook_port, args.webhook_cert_dir) == (
+        "ops/hook:8443",
+        9555,
+        "/certs",
+    )
+    assert args.webhook_namespace == "ops" and args.webhook_listen_address == "0.0.0.0"
+
+
+# -- misses -----------------------------------------------------------------------
+
+
+def test_misses_are_judged_by_the_same_decision() -> None:
+    state = ClusterState()
+    state.namespaces["ns"] = {"labels": ENROLLED}
+    ctx = _ctx()
+    seen: list[int] = []
+    tracker = MissTracker(state, cast(Any, None), lambda: ctx, seen.append)
+    missed = _pod(**_pinned(c.BUILD_WS2022))
+    missed["metadata"]["uid"] = "1"
+    linux = _pod(nodeSelector={c.LABEL_OS: "linux"})
+    linux["metadata"]["name"] = "linux"
+    mutated = d.mutated(missed, d.decide(missed, ENROLLED, ctx))
+    mutated["metadata"]["name"] = "ok"
+    ws2025 = _pod(**_pinned(c.BUILD_WS2025))
+    ws2025["metadata"]["name"] = "ws2025"
+    for pod in (missed, linux, mutated, ws2025):
+        tracker.observe("ADDED", pod)
+    assert set(tracker.suspects) == {("ns", "p"), ("ns", "ws2025")}
+    assert set(tracker.judge()) == {("ns", "p")}
+    tracker.observe("DELETED", missed)
+    assert tracker.judge() == {}
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        _pinned(c.BUILD_WS2022),
+        {**_pinned(c.BUILD_WS2022), "initContainers": [{"name": "setup", "image": "s"}]},
+        {**_pinned(c.BUILD_WS2022), "volumes": [{"name": "data", "emptyDir": {}}]},
+    ],
+)
+@pytest.mark.parametrize("annotations", [None, {}, {"a/b": "c"}])
+def test_json_patch_does_what_mutate_does(
+    spec: dict[str, Any], annotations: dict[str, str] | None
+) -> None:
+    pod = _pod(**spec)
+    if annotations is None:
+        del pod["metadata"]["annotations"]
+    else:
+        pod["metadata"]["annotations"] = annotations
+    decision = d.decide(pod, ENROLLED, _ctx())
+    assert decision.inject
+    assert jsonpatch.apply_patch(pod, d.json_patch(pod, decision)) == d.mutated(pod, decision)
+    pod["spec"]["initContainers"] = [{"name": "x"}, {"name": d.CONTAINER_NAME}]
+    pod["metadata"]["annotations"] = {d.ANNOTATION: decision.annotation()}
+    reorder = d.decide(pod, ENROLLED, _ctx())
+    assert jsonpatch.apply_patch(pod, d.json_patch(pod, reorder)) == d.mutated(pod, reorder)
+
+
+def _review(pod: dict[str, Any], **request: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u-1",
+            "operation": "CREATE",
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "ns",
+            "object": pod,
+            **request,
+        },
+    }
+
+
+def test_review_allows_always_and_patches_only_when_needed() -> None:
+    state = ClusterState()
+    state.nodes = {
+        n.name: {"metadata": {"name": n.name, "labels": dict(n.labels)}} for n in _nodes()
+    }
+    for name, node in state.nodes.items():
+        if name.startswith("win"):
+            node["spec"] = {"taints": [{"key": "os", "value": "windows", "effect": "NoSchedule"}]}
+    state.mesh = _mesh()
+    state.namespaces["ns"] = {"labels": ENROLLED}
+    hook = Webhook(state, cast(Kube, None), WebhookOptions(url="https://127.0.0.1:9443"))
+    pod = _pod(**_pinned(c.BUILD_WS2022))
+    out = hook.review(_review(pod))
+    assert out["response"]["uid"] == "u-1" and out["response"]["allowed"] is True
+    ops = json.loads(base64.b64decode(out["response"]["patch"]))
+    assert jsonpatch.apply_patch(pod, ops)["spec"]["initContainers"][0]["name"] == d.CONTAINER_NAME
+    linux = hook.review(_review(_pod(nodeSelector={c.LABEL_OS: "linux"})))
+    assert linux["response"] == {"uid": "u-1", "allowed": True}
+    update = hook.review(_review(pod, operation="UPDATE"))
+    assert "patch" not in update["response"]
+    # A broken object is admitted unchanged, never denied.
+    broken = hook.review(_review(cast(Any, {"spec": {"nodeSelector": "not-a-map"}})))
+    assert broken["response"] == {"uid": "u-1", "allowed": True}
+
+
+def _post(port: int, ca: bytes, review: dict[str, Any]) -> dict[str, Any]:
+    context = ssl.create_default_context(cadata=ca.decode())
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=5)
+    try:
+        conn.request("POST", "/redirection-wait", body=json.dumps(review))
+        out: dict[str, Any] = json.loads(conn.getresponse().read())
+        return out
+    finally:
+        conn.close()
+
+
+def test_server_rotates_certificates_without_restarting(tmp_path: Path) -> None:
+    first, second = (certs.generate(["127.0.0.1"], datetime.now(UTC)) for _ in range(2))
+    for name, material in (("a", first), ("b", second)):
+        (tmp_path / f"{name}.pem").write_bytes(material.serving_pem())
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    answer = {"kind": "AdmissionReview", "response": {"uid": "u", "allowed": True}}
+    server = AdmissionServer(lambda review: answer, "127.0.0.1", port)
+    server.set_certificate(tmp_path / "a.pem", tmp_path / "a.pem")
+    server.start()
+    try:
+        assert _post(port, first.ca_bundle, _review(_pod())) == answer
+        server.set_certificate(tmp_path / "b.pem", tmp_path / "b.pem")
+        assert _post(port, second.ca_bundle, _review(_pod())) == answer
+        with pytest.raises(ssl.SSLError):
+            _post(port, first.ca_bundle, _review(_pod()))
+    finally:
+        server.stop()
