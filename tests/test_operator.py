@@ -19,7 +19,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
-from ambient_operator.devcluster import LocalCluster, create_nodes
+from ambient_operator.devcluster import LocalCluster, create_nodes, install_istiod_facts
 from ambient_operator.facts import ClusterFacts, NodeFacts
 from ambient_operator.render import render_dataplane
 from conftest import unique_name, wait_for
@@ -75,42 +75,7 @@ def _placed(api: client.ApiClient, ds: str) -> set[str]:
 @pytest.fixture(scope="module")
 def istio_env(k8s: client.ApiClient, sample_nodes: list[str], crds_installed: None) -> None:
     """istio-system with an istiod Service and Deployment, and a cluster DNS Service."""
-    core, apps = client.CoreV1Api(k8s), client.AppsV1Api(k8s)
-    with contextlib.suppress(ApiException):
-        core.create_namespace({"metadata": {"name": AGENTS_NS}})
-    for ns, name, port in ((AGENTS_NS, "istiod", 15012), ("kube-system", "kube-dns", 53)):
-        with contextlib.suppress(ApiException):
-            core.create_namespaced_service(
-                ns,
-                {
-                    "metadata": {"name": name},
-                    "spec": {"selector": {"app": name}, "ports": [{"port": port}]},
-                },
-            )
-    trusted = f"{AGENTS_NS}/ztunnel,{AGENTS_NS}/ztunnel-windows"
-    with contextlib.suppress(ApiException):
-        apps.create_namespaced_deployment(
-            AGENTS_NS,
-            {
-                "metadata": {"name": "istiod"},
-                "spec": {
-                    "replicas": 0,  # only its env matters here
-                    "selector": {"matchLabels": {"app": "istiod"}},
-                    "template": {
-                        "metadata": {"labels": {"app": "istiod"}},
-                        "spec": {
-                            "containers": [
-                                {
-                                    "name": "discovery",
-                                    "image": "docker.io/istio/pilot:1.28.0",
-                                    "env": [{"name": "CA_TRUSTED_NODE_ACCOUNTS", "value": trusted}],
-                                }
-                            ]
-                        },
-                    },
-                },
-            },
-        )
+    install_istiod_facts(k8s, AGENTS_NS)
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ kube-controller-manager, kube-scheduler, kwok) built by
 inventory file via :func:`create_nodes`.
 """
 
+from .istio import install_istiod_facts, istiod_objects
 from .launcher import (
     BINARIES,
     KWOK_NODE_ANNOTATION,
@@ -55,6 +56,8 @@ __all__ = [
     "default_bin_dir",
     "delete_nodes",
     "find_processes",
+    "install_istiod_facts",
+    "istiod_objects",
     "load_inventory",
     "load_manifests",
     "node_ready",

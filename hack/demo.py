@@ -1,0 +1,334 @@
+"""`make demo`: the operator on a local simulated mixed-OS cluster, and a report.
+
+Starts etcd, kube-apiserver, controller-manager, scheduler and kwok (fake
+nodes that run pods without containers), installs our CRDs and the Gateway
+API CRDs, runs the operator, enrolls a namespace with Linux and Windows
+workloads, creates a waypoint and a 50/50 HTTPRoute, prints what runs where
+and why, and stops everything. Nothing here sends real traffic: the pods are
+simulated, so the report shows placement, status and admission decisions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from ambient_operator.devcluster import (
+    LocalCluster,
+    api_client_for,
+    apply_dirs,
+    apply_objects,
+    create_nodes,
+    default_bin_dir,
+    install_istiod_facts,
+)
+from ambient_operator.webhook.decide import ANNOTATION, CONTAINER_NAME
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "operator" / "ambient_operator" / "samples"
+NS = "demo"
+MESH = ("ambientoperator.io", "v1alpha1", "ambientmeshes", "default")
+
+
+def say(text: str) -> None:
+    """One progress line."""
+    print(f"==> {text}", flush=True)
+
+
+def wait(what: str, predicate: Callable[[], Any], timeout: float = 120.0) -> bool:
+    """Poll until truthy; report a timeout instead of failing the demo."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if predicate():
+                return True
+        time.sleep(0.5)
+    say(f"(gave up waiting for {what} after {timeout:.0f}s)")
+    return False
+
+
+def free_port() -> int:
+    """A free loopback port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def operator_process(cluster: LocalCluster, workdir: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """`ambient-operator run` with the webhook on loopback, logging to a file."""
+    port = free_port()
+    log = (workdir / "operator.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ambient_operator.cli",
+            "run",
+            "--kubeconfig",
+            str(cluster.user_kubeconfig("ambient-operator", ["system:masters"])),
+            "--metrics-port",
+            str(free_port()),
+            "--health-port",
+            str(free_port()),
+            "--webhook-url",
+            f"https://127.0.0.1:{port}",
+            "--webhook-listen-address",
+            "127.0.0.1",
+            "--webhook-port",
+            str(port),
+            "--webhook-namespace",
+            "istio-system",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+    )
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def workloads() -> list[dict[str, Any]]:
+    """curl and httpbin on Linux, a web server on Windows, and the Services between them."""
+
+    def deployment(name: str, image: str, spec_extra: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": name, "image": image}], **spec_extra},
+                },
+            },
+        }
+
+    def service(
+        name: str, selector: str | None, labels: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        spec: dict[str, Any] = {"ports": [{"name": "http", "port": 80}]}
+        if selector:
+            spec["selector"] = {"app": selector}
+        return {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name, "namespace": NS, "labels": labels or {}},
+            "spec": spec,
+        }
+
+    linux = {"nodeSelector": {"kubernetes.io/os": "linux"}}
+    # Pinned to WS2022: its new pods need the redirection-wait init container.
+    windows = {
+        "nodeSelector": {
+            "kubernetes.io/os": "windows",
+            "node.kubernetes.io/windows-build": "10.0.20348",
+        },
+        "tolerations": [
+            {"key": "os", "operator": "Equal", "value": "windows", "effect": "NoSchedule"}
+        ],
+    }
+    return [
+        deployment("curl", "docker.io/curlimages/curl:8.11.0", linux),
+        deployment("httpbin", "docker.io/kennethreitz/httpbin:latest", linux),
+        deployment(
+            "web-windows",
+            "mcr.microsoft.com/windows/servercore/iis:windowsservercore-ltsc2022",
+            windows,
+        ),
+        service("web-linux", "httpbin"),
+        service("web-windows", "web-windows"),
+        service("web", "httpbin", {"istio.io/use-waypoint": "waypoint"}),
+        {
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "HTTPRoute",
+            "metadata": {"name": "web-split", "namespace": NS},
+            "spec": {
+                "parentRefs": [{"group": "", "kind": "Service", "name": "web", "port": 80}],
+                "rules": [
+                    {
+                        "backendRefs": [
+                            {"name": "web-linux", "port": 80, "weight": 50},
+                            {"name": "web-windows", "port": 80, "weight": 50},
+                        ]
+                    }
+                ],
+            },
+        },
+    ]
+
+
+def report(api: client.ApiClient, kubectl: list[str]) -> None:
+    """What runs where, and why."""
+    core = client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    mesh = custom.get_cluster_custom_object(*MESH)
+    status = mesh.get("status", {})
+    print("\n" + "=" * 78)
+    print("AmbientMesh (kubectl get ambientmesh)")
+    table = subprocess.run(
+        [*kubectl, "get", "ambientmesh"], check=True, capture_output=True, text=True
+    )
+    print(table.stdout)
+    for cond in status.get("conditions", []):
+        print(f"  {cond['type']:<11} {cond['status']:<6} {cond['reason']}: {cond['message'][:150]}")
+
+    print("\nAgents by node")
+    agents: dict[str, list[str]] = {}
+    for pod in core.list_namespaced_pod("istio-system").items:
+        owner = (pod.metadata.owner_references or [None])[0]
+        if owner is not None and owner.kind == "DaemonSet" and pod.spec.node_name:
+            agents.setdefault(pod.spec.node_name, []).append(f"{owner.name} ({pod.status.phase})")
+    for node in sorted(core.list_node().items, key=lambda n: n.metadata.name):
+        labels = node.metadata.labels or {}
+        kind = labels.get("kubernetes.io/os", "?")
+        build = labels.get("node.kubernetes.io/windows-build", "")
+        what = ", ".join(sorted(agents.get(node.metadata.name, []))) or "no agent"
+        print(f"  {node.metadata.name:<16} {kind:<8} {build:<11} {what}")
+
+    print("\nUnsupported nodes")
+    for node in status.get("nodes", {}).get("unsupportedNodes", []):
+        print(f"  {node['name']}: {node['reason']}: {node['message']}")
+
+    print("\nWaypoint Gateway demo/waypoint")
+    gw = custom.get_namespaced_custom_object(
+        "gateway.networking.k8s.io", "v1", NS, "gateways", "waypoint"
+    )
+    for cond in gw.get("status", {}).get("conditions", []):
+        print(f"  {cond['type']:<11} {cond['status']:<6} {cond['reason']}")
+    for addr in gw.get("status", {}).get("addresses", []):
+        print(f"  address {addr.get('type', 'IPAddress')}: {addr['value']}")
+    wp_pods = core.list_namespaced_pod(
+        NS, label_selector="gateway.networking.k8s.io/gateway-name"
+    ).items
+    for pod in wp_pods:
+        print(f"  waypoint pod {pod.metadata.name} on {pod.spec.node_name} ({pod.status.phase})")
+
+    print("\nHTTPRoute demo/web-split: 50% web-linux (httpbin), 50% web-windows")
+    print("\nWorkload pods and the redirection-wait init container")
+    for pod in sorted(core.list_namespaced_pod(NS).items, key=lambda p: p.metadata.name):
+        inits = {c.name: c.image for c in pod.spec.init_containers or []}
+        note = (pod.metadata.annotations or {}).get(ANNOTATION, "-")
+        mark = f"injected {inits[CONTAINER_NAME]}" if CONTAINER_NAME in inits else "none"
+        print(
+            f"  {pod.metadata.name:<36} on {pod.spec.node_name or '-':<14} init: {mark:<8} "
+            f"why: {note}"
+        )
+    print("=" * 78)
+
+
+def main() -> int:
+    """Run the demo end to end."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--workdir", default=str(ROOT / ".cache" / "demo"))
+    args = parser.parse_args()
+    workdir = Path(args.workdir)
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    started = time.monotonic()
+    say(
+        "starting the local control plane (etcd, kube-apiserver, controller-manager, "
+        "scheduler, kwok)"
+    )
+    with LocalCluster(workdir / "cluster", bin_dir=default_bin_dir()) as cluster:
+        api = api_client_for(cluster.kubeconfig)
+        kubectl = [str(cluster.binary("kubectl")), "--kubeconfig", str(cluster.kubeconfig)]
+        say("creating the sample nodes: 2 Linux amd64, Linux arm64, WS2022, WS2025, WS2019")
+        create_nodes(api, SAMPLES / "nodes-mixed.yaml", timeout=120)
+        say("installing our CRDs and the Gateway API CRDs (v1.6)")
+        apply_dirs(api, [ROOT / "crds", ROOT / ".cache" / "gateway-api" / "v1.6"], timeout=120)
+        install_istiod_facts(api)
+        say("starting the operator (log: .cache/demo/operator.log)")
+        with operator_process(cluster, workdir) as proc:
+            say("applying the sample AmbientMesh")
+            apply_objects(api, [yaml.safe_load((SAMPLES / "ambientmesh.yaml").read_text())])
+            custom = client.CustomObjectsApi(api)
+
+            def ready() -> bool:
+                conds = (
+                    custom.get_cluster_custom_object(*MESH).get("status", {}).get("conditions", [])
+                )
+                return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+
+            wait("the data plane to be Ready", ready, 180)
+            say(f"enrolling namespace {NS} with a waypoint (ambient-operator waypoint apply)")
+            apply_objects(
+                api, [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}]
+            )
+            wait(
+                "the default ServiceAccount",
+                lambda: client.CoreV1Api(api).read_namespaced_service_account("default", NS),
+            )
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "ambient_operator.cli",
+                    "waypoint",
+                    "apply",
+                    "-n",
+                    NS,
+                    "--enroll-namespace",
+                    "--kubeconfig",
+                    str(cluster.kubeconfig),
+                ],
+                check=True,
+                cwd=ROOT,
+            )
+            say("deploying curl and httpbin (Linux), a web server (Windows), a 50/50 HTTPRoute")
+            apply_objects(api, workloads())
+
+            def programmed() -> bool:
+                gw = custom.get_namespaced_custom_object(
+                    "gateway.networking.k8s.io", "v1", NS, "gateways", "waypoint"
+                )
+                return any(
+                    c["type"] == "Programmed" and c["status"] == "True"
+                    for c in gw.get("status", {}).get("conditions", [])
+                )
+
+            wait("the waypoint to be Programmed", programmed, 120)
+            wait(
+                "the workloads to run",
+                lambda: (
+                    all(
+                        p.status.phase == "Running"
+                        for p in client.CoreV1Api(api).list_namespaced_pod(NS).items
+                    )
+                    and len(client.CoreV1Api(api).list_namespaced_pod(NS).items) >= 4
+                ),
+                120,
+            )
+            report(api, kubectl)
+            if proc.poll() is not None:
+                say("the operator exited early; see .cache/demo/operator.log")
+                return 1
+        say("stopping the operator and the control plane")
+    say(f"done in {time.monotonic() - started:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
