@@ -27,9 +27,17 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy
 
-# Regenerate the CRDs from the pydantic models (a test fails if they drift).
+# Regenerate the CRDs from the pydantic models (a test fails if they drift):
+# the top-level folder for `kubectl apply`, and the chart's, which Helm
+# installs before the templates.
 crd: venv
 	$(VENV)/bin/ambient-operator crd --output crds/
+	$(VENV)/bin/ambient-operator crd --output charts/ambient-operator/crds/
+
+# Regenerate the AmbientMesh reference and the architecture picture (tests check the former).
+docs: venv
+	$(PY) hack/gen_reference.py
+	$(PY) hack/gen_architecture.py
 
 test: venv bins lint typecheck
 	$(VENV)/bin/pytest -q
@@ -42,6 +50,11 @@ cluster-down: venv
 
 demo: venv bins
 	$(PY) hack/demo.py
+
+# Every benchmark on private local clusters (the better part of an hour on 2 cores):
+# a table, charts in bench/out/, and docs/performance.md.
+bench: venv bins
+	$(PY) bench/run_all.py
 
 clean:
 	rm -rf $(VENV) .cache .mypy_cache .ruff_cache .pytest_cache

@@ -100,7 +100,8 @@ class LeaderElector:
 
     def _set(self, leading: bool) -> bool:
         if leading != self.leading:
-            log.info("leader election: %s", "now leading" if leading else "standing by")
+            state = "now leading" if leading else "standing by"
+            log.info("leader election: %s as %s", state, self.identity)
         self.leading = leading
         return leading
 

@@ -15,6 +15,7 @@ import copy
 import logging
 import os
 import socket
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -114,7 +115,13 @@ class Operator:
             os.environ["KUBECONFIG"] = options.kubeconfig
         self.state = ClusterState()
         self.kube = Kube(load_api_client(options.kubeconfig))
-        identity = options.identity or os.environ.get("POD_NAME") or socket.gethostname()
+        # Unique per process: replicas sharing a host name (hostNetwork pods on one
+        # node, or two processes on one machine) must not both think they hold the lease.
+        identity = (
+            options.identity
+            or os.environ.get("POD_NAME")
+            or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+        )
         self.events = EventRecorder(self.kube, instance=identity)
         self.dataplane = DataplaneController(self.state, self.kube, self.events)
         self.namespaces = NamespaceChecker(self.state, self.kube, self.events)
@@ -310,9 +317,15 @@ class Operator:
                 "metadata": {"name": meta["name"], "uid": meta.get("uid")},
                 "labels": dict(meta.get("labels") or {}),
             }
+        misses = self.webhook.misses
         for pod in kube.list(KINDS[("v1", "Pod")]):
             summary = PodSummary.of(pod)
             state.pods[(summary.namespace, summary.name)] = summary
+            if misses is not None:
+                # The first pass must count every missed pod, not those kopf's
+                # watch happened to deliver by then: a lower count would be
+                # written to the status and raised again moments later.
+                misses.observe("ADDED", pod)
         try:
             for gw in kube.list(KINDS[("gateway.networking.k8s.io/v1", "Gateway")]):
                 state.gateways[(gw["metadata"]["namespace"], gw["metadata"]["name"])] = gw
@@ -362,11 +375,12 @@ class Operator:
             if self.elector is not None and not self.elector.leading:
                 continue  # the elector pokes us when we take over
             try:
+                # Misses first: the status this pass writes carries their count.
+                if self.webhook.misses is not None:
+                    await self.webhook.misses.check()
                 await self.dataplane.reconcile()
                 await self.namespaces.check_all()
                 await self.waypoints.reconcile()
-                if self.webhook.misses is not None:
-                    await self.webhook.misses.check()
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -1,0 +1,596 @@
+"""The chart's RBAC is enough and no more.
+
+Offline: no wildcards, Secrets only by name, the names the operator uses,
+every watch the operator registers, and every permission it grants the
+istio-cni agent (RBAC refuses to grant what one does not hold).
+
+On the local control plane: the chart's ServiceAccount, ClusterRole, Role and
+bindings are applied, and the real operator runs with a token of that
+ServiceAccount through the whole scenario (an AmbientMesh converging, a
+waypoint programmed, the webhook mutating a Windows pod) without a single
+Forbidden answer in the API server's audit log. SubjectAccessReviews show
+what the identity cannot do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from ambient_operator import constants as c
+from ambient_operator.api.v1alpha1 import AmbientMeshSpec
+from ambient_operator.devcluster import LocalCluster, apply_objects
+from ambient_operator.facts import ClusterFacts, NodeFacts
+from ambient_operator.render import render_dataplane
+from ambient_operator.render import values as rv
+from ambient_operator.runner import Operator, Options
+from ambient_operator.webhook import WebhookOptions
+from ambient_operator.webhook import decide as d
+from ambient_operator.webhook.config import CONFIG_NAME, SECRET_NAME
+from chart_helpers import by_kind, one, template
+from conftest import SAMPLE_NODES, unique_name, wait_for
+from operator_harness import AuditLog, RunningOperator, free_port
+
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+GW_GROUP, GW_VERSION = "gateway.networking.k8s.io", "v1"
+VALUE_SETS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "cert-manager": {"webhook": {"certManager": {"enabled": True}}},
+    "high-availability": {"highAvailability": {"enabled": True}},
+    "webhook-off": {"webhook": {"enabled": False}},
+}
+Rule = Mapping[str, Any]
+
+
+def allows(rules: Sequence[Rule], group: str, resource: str, verb: str, name: str = "") -> bool:
+    """Whether RBAC rules allow a request (what the API server's RBAC authorizer does)."""
+    for rule in rules:
+        if group not in rule.get("apiGroups", []) or resource not in rule.get("resources", []):
+            continue
+        if verb not in rule.get("verbs", []):
+            continue
+        names = rule.get("resourceNames") or []
+        if not names or name in names:
+            return True
+    return False
+
+
+def _rules(values: Mapping[str, Any], kind: str) -> list[Rule]:
+    objects = template(values)
+    found = by_kind(objects, kind)
+    return [rule for obj in found for rule in obj.get("rules", [])]
+
+
+# -- offline ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", sorted(VALUE_SETS))
+def test_no_wildcards(case: str) -> None:
+    for kind in ("ClusterRole", "Role"):
+        for rule in _rules(VALUE_SETS[case], kind):
+            for key in ("apiGroups", "resources", "verbs", "resourceNames"):
+                assert not any("*" in item for item in rule.get(key) or []), (kind, rule)
+            assert "nonResourceURLs" not in rule
+
+
+@pytest.mark.parametrize("case", sorted(VALUE_SETS))
+def test_secrets_only_by_name_in_the_release_namespace(case: str) -> None:
+    objects = template(VALUE_SETS[case], namespace="ops")
+    for rule in (r for obj in by_kind(objects, "ClusterRole") for r in obj["rules"]):
+        assert "secrets" not in rule["resources"], rule
+    for role in by_kind(objects, "Role"):
+        assert role["metadata"]["namespace"] == "ops"
+        for rule in role["rules"]:
+            if "secrets" not in rule["resources"]:
+                continue
+            if rule["verbs"] == ["create"]:
+                continue  # a POST carries no name to restrict; creating reads nothing
+            assert rule["resourceNames"] == [SECRET_NAME], rule
+            assert set(rule["verbs"]) <= {"get", "update"}, rule
+    owns_secret = case not in ("cert-manager", "webhook-off")
+    roles = by_kind(objects, "Role")
+    assert any("secrets" in r["resources"] for role in roles for r in role["rules"]) == owns_secret
+
+
+def test_resource_names_are_the_operators() -> None:
+    cluster_rules = _rules({}, "ClusterRole")
+    role_rules = _rules({}, "Role")
+    assert allows(
+        cluster_rules,
+        "rbac.authorization.k8s.io",
+        "clusterroles",
+        "create",
+        rv.CLUSTER_ROLE_ISTIO_CNI,
+    )
+    assert allows(
+        cluster_rules,
+        "rbac.authorization.k8s.io",
+        "clusterrolebindings",
+        "patch",
+        rv.CLUSTER_ROLE_ISTIO_CNI,
+    )
+    assert allows(
+        cluster_rules,
+        "admissionregistration.k8s.io",
+        "mutatingwebhookconfigurations",
+        "patch",
+        CONFIG_NAME,
+    )
+    assert allows(cluster_rules, c.API_GROUP, f"{c.PLURAL}/status", "patch", c.MESH_NAME)
+    assert allows(role_rules, "", "secrets", "update", SECRET_NAME)
+    assert allows(role_rules, "coordination.k8s.io", "leases", "update", Options().lease_name)
+    assert not allows(
+        cluster_rules, "rbac.authorization.k8s.io", "clusterroles", "create", "cluster-admin"
+    )
+    assert not allows(role_rules, "", "secrets", "get", "some-other-secret")
+
+
+def _granted_to_agents() -> list[Rule]:
+    spec = AmbientMeshSpec.model_validate({})
+    nodes = [n for n in yaml.safe_load(SAMPLE_NODES.read_text())["items"]]
+    facts = ClusterFacts(nodes=tuple(NodeFacts.from_node(n) for n in nodes))
+    result = render_dataplane(spec, facts)
+    return [
+        rule
+        for obj in result.objects
+        if obj["kind"] in ("ClusterRole", "Role")
+        for rule in obj["rules"]
+    ]
+
+
+def test_holds_every_permission_it_grants() -> None:
+    granted = _granted_to_agents()
+    assert granted, "the istio-cni ClusterRole has rules"
+    held = _rules({}, "ClusterRole")
+    for rule in granted:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    for name in rule.get("resourceNames") or [""]:
+                        assert allows(held, group, resource, verb, name), (
+                            f"the operator grants {verb} {resource} ({group or 'core'}) "
+                            "without holding it: the API server would refuse the ClusterRole"
+                        )
+    for verb in ("escalate", "bind", "impersonate"):
+        assert not allows(held, "rbac.authorization.k8s.io", "clusterroles", verb)
+
+
+def test_every_watch_is_allowed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"token": "unused"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))  # Operator() sets it; restored after
+    operator = Operator(
+        Options(kubeconfig=str(kubeconfig), webhook=WebhookOptions(url="https://127.0.0.1:1"))
+    )
+    watched = {
+        (h.selector.group, h.selector.plural or h.selector.any_name)
+        for h in operator.registry._watching.get_all_handlers()
+    }
+    assert len(watched) >= 12
+    held = _rules({}, "ClusterRole")
+    for group, resource in sorted(watched):
+        for verb in ("list", "watch"):
+            assert allows(held, group, resource, verb), f"kopf cannot {verb} {group}/{resource}"
+    # kopf follows CRDs to notice Gateway API being installed later.
+    assert allows(held, "apiextensions.k8s.io", "customresourcedefinitions", "watch")
+
+
+# -- on the local control plane ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Identity:
+    namespace: str
+    service_account: str
+    kubeconfig: Path
+
+    @property
+    def user(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:{self.service_account}"
+
+    @property
+    def groups(self) -> list[str]:
+        return [
+            "system:serviceaccounts",
+            f"system:serviceaccounts:{self.namespace}",
+            "system:authenticated",
+        ]
+
+
+@pytest.fixture(scope="module")
+def identity(cluster: LocalCluster, k8s: client.ApiClient) -> Iterator[Identity]:
+    """The chart's ServiceAccount and RBAC in a namespace of their own, and its token."""
+    namespace, release = unique_name("ao-rbac"), unique_name("rbac")
+    objects = [o for o in template(release=release, namespace=namespace) if o["kind"] in RBAC_KINDS]
+    core = client.CoreV1Api(k8s)
+    core.create_namespace({"metadata": {"name": namespace}})
+    apply_objects(k8s, objects)
+    account = one(objects, "ServiceAccount")["metadata"]["name"]
+    yield Identity(namespace, account, cluster.serviceaccount_kubeconfig(namespace, account))
+    rbac = client.RbacAuthorizationV1Api(k8s)
+    for obj in objects:
+        with contextlib.suppress(ApiException):
+            if obj["kind"] == "ClusterRole":
+                rbac.delete_cluster_role(obj["metadata"]["name"])
+            elif obj["kind"] == "ClusterRoleBinding":
+                rbac.delete_cluster_role_binding(obj["metadata"]["name"])
+    with contextlib.suppress(ApiException):
+        core.delete_namespace(namespace)
+
+
+def _custom(k8s: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(k8s)
+
+
+def _get_mesh(k8s: client.ApiClient) -> dict[str, Any] | None:
+    try:
+        obj: dict[str, Any] = _custom(k8s).get_cluster_custom_object(
+            c.API_GROUP, c.API_VERSION, c.PLURAL, c.MESH_NAME
+        )
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        return None
+    return obj
+
+
+def _set_spec(k8s: client.ApiClient, spec: dict[str, Any]) -> None:
+    _custom(k8s).patch_cluster_custom_object(
+        c.API_GROUP,
+        c.API_VERSION,
+        c.PLURAL,
+        c.MESH_NAME,
+        [{"op": "replace", "path": "/spec", "value": spec}],
+    )
+
+
+@dataclass(frozen=True)
+class Mesh:
+    generation: int
+    agents_namespace: str
+
+
+@pytest.fixture(scope="module")
+def mesh(k8s: client.ApiClient, sample_nodes: list[str], crds_installed: None) -> Iterator[Mesh]:
+    """The shared AmbientMesh, changed so that only a working operator can reconcile it.
+
+    A new log level is a new generation and new DaemonSets: a Ready condition
+    for that generation can only come from the operator under test. The mesh
+    is put back (or deleted, when this module created it) afterwards.
+    """
+    original = _get_mesh(k8s)
+    spec = copy.deepcopy((original or {}).get("spec") or {})
+    spec["logLevel"] = "debug" if spec.get("logLevel") != "debug" else "info"
+    spec["newPodWorkaround"] = {**spec.get("newPodWorkaround", {}), "enabled": True}
+    spec.setdefault("platforms", {}).setdefault("windows", {})["enabled"] = True
+    if original is None:
+        _custom(k8s).create_cluster_custom_object(
+            c.API_GROUP,
+            c.API_VERSION,
+            c.PLURAL,
+            {
+                "apiVersion": f"{c.API_GROUP}/{c.API_VERSION}",
+                "kind": c.KIND,
+                "metadata": {"name": c.MESH_NAME},
+                "spec": spec,
+            },
+        )
+    else:
+        _set_spec(k8s, spec)
+    live = _get_mesh(k8s)
+    assert live is not None
+    agents = AmbientMeshSpec.model_validate(spec).namespace
+    with contextlib.suppress(ApiException):  # other modules may have made it already
+        client.CoreV1Api(k8s).create_namespace({"metadata": {"name": agents}})
+    yield Mesh(int(live["metadata"]["generation"]), agents)
+    if original is None:
+        with contextlib.suppress(ApiException):
+            _custom(k8s).delete_cluster_custom_object(
+                c.API_GROUP, c.API_VERSION, c.PLURAL, c.MESH_NAME
+            )
+    else:
+        _set_spec(k8s, original.get("spec") or {})
+
+
+@pytest.fixture(scope="module")
+def audit(cluster: LocalCluster) -> AuditLog:
+    return AuditLog(cluster.audit_log)
+
+
+@dataclass(frozen=True)
+class Running:
+    op: RunningOperator
+    since: int
+    enrolled: str
+
+
+@pytest.fixture(scope="module")
+def operator(
+    cluster: LocalCluster,
+    k8s: client.ApiClient,
+    identity: Identity,
+    mesh: Mesh,
+    gateway_api_crds: None,
+    audit: AuditLog,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Running]:
+    """The operator as the chart's ServiceAccount, webhook on a loopback port."""
+    rbac = client.RbacAuthorizationV1Api(k8s)
+    # Whatever an earlier operator left, these must now be made by this identity.
+    for delete in (rbac.delete_cluster_role, rbac.delete_cluster_role_binding):
+        with contextlib.suppress(ApiException):
+            delete(rv.CLUSTER_ROLE_ISTIO_CNI)
+    with contextlib.suppress(ApiException):
+        client.AdmissionregistrationV1Api(k8s).delete_mutating_webhook_configuration(CONFIG_NAME)
+    enrolled = unique_name("rbac-enrolled")
+    client.CoreV1Api(k8s).create_namespace(
+        {"metadata": {"name": enrolled, "labels": {c.LABEL_DATAPLANE_MODE: "ambient"}}}
+    )
+    port = free_port()
+    ns = identity.namespace
+    op = RunningOperator(
+        cluster,
+        tmp_path_factory.mktemp("rbac-operator"),
+        extra_args=[
+            "--webhook-url",
+            f"https://127.0.0.1:{port}",
+            "--webhook-listen-address",
+            "127.0.0.1",
+            "--webhook-port",
+            str(port),
+            "--webhook-namespace",
+            ns,
+            "--leader-election",
+            "--lease-namespace",
+            ns,
+            "--resync-seconds",
+            "5",
+        ],
+        kubeconfig=identity.kubeconfig,
+    )
+    since = audit.mark()
+    op.start()
+    try:
+        yield Running(op, since, enrolled)
+    finally:
+        op.stop()
+        with contextlib.suppress(ApiException):
+            client.AdmissionregistrationV1Api(k8s).delete_mutating_webhook_configuration(
+                CONFIG_NAME
+            )
+        with contextlib.suppress(ApiException):
+            client.CoreV1Api(k8s).delete_namespace(enrolled)
+    log = op.log_text()
+    assert "Traceback" not in log, log[-4000:]
+
+
+def _condition(obj: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond["type"] == kind:
+            return dict(cond)
+    return {}
+
+
+def _fail_with_log(op: RunningOperator, what: str) -> NoReturn:
+    raise AssertionError(f"{what}; operator log:\n{op.log_text()[-6000:]}")
+
+
+def test_the_mesh_converges(
+    k8s: client.ApiClient, mesh: Mesh, operator: Running, identity: Identity, audit: AuditLog
+) -> None:
+    def ready() -> bool:
+        live = _get_mesh(k8s) or {}
+        cond = _condition(live, "Ready")
+        return cond.get("status") == "True" and cond.get("observedGeneration") == mesh.generation
+
+    try:
+        wait_for(ready, 120, "AmbientMesh Ready for the new generation")
+    except TimeoutError:
+        _fail_with_log(operator.op, f"not Ready: {_condition(_get_mesh(k8s) or {}, 'Ready')}")
+    live = _get_mesh(k8s) or {}
+    assert _condition(live, "Reconciled")["status"] == "True"
+    daemonsets = (
+        client.AppsV1Api(k8s)
+        .list_namespaced_daemon_set(
+            mesh.agents_namespace, label_selector=f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY}"
+        )
+        .items
+    )
+    assert any("windows" in ds.metadata.name for ds in daemonsets)
+    assert all(ds.status.number_ready == ds.status.desired_number_scheduled for ds in daemonsets)
+    writes = audit.writes(operator.since, user=identity.user)
+    assert any("/daemonsets/" in w for w in writes if w.startswith("patch")), writes
+    assert any(w.startswith("patch") and "/ambientmeshes/default/status" in w for w in writes)
+    # The istio-cni RBAC was deleted before the start: this identity created it,
+    # which the API server allows only to someone holding every rule in it.
+    role = client.RbacAuthorizationV1Api(k8s).read_cluster_role(rv.CLUSTER_ROLE_ISTIO_CNI)
+    assert role.metadata.labels[c.LABEL_MANAGED_BY] == c.MANAGED_BY
+
+
+def test_a_waypoint_is_programmed(k8s: client.ApiClient, operator: Running) -> None:
+    core, custom = client.CoreV1Api(k8s), _custom(k8s)
+    ns = unique_name("rbac-waypoint")
+    core.create_namespace({"metadata": {"name": ns}})
+    try:
+        custom.create_namespaced_custom_object(
+            GW_GROUP,
+            GW_VERSION,
+            ns,
+            "gateways",
+            {
+                "apiVersion": f"{GW_GROUP}/{GW_VERSION}",
+                "kind": "Gateway",
+                "metadata": {"name": "waypoint"},
+                "spec": {
+                    "gatewayClassName": AmbientMeshSpec().waypoints.class_name,
+                    "listeners": [{"name": "mesh", "port": c.PORT_HBONE, "protocol": "HBONE"}],
+                },
+            },
+        )
+
+        def programmed() -> dict[str, Any] | None:
+            gw: dict[str, Any] = custom.get_namespaced_custom_object(
+                GW_GROUP, GW_VERSION, ns, "gateways", "waypoint"
+            )
+            cond = _condition(gw, "Programmed")
+            ok = cond.get("status") == "True" and (gw.get("status") or {}).get("addresses")
+            return gw if ok else None
+
+        try:
+            gw = wait_for(programmed, 90, "the waypoint Gateway Programmed=True")
+        except TimeoutError:
+            _fail_with_log(operator.op, "waypoint not programmed")
+        assert _condition(gw, "Accepted")["status"] == "True"
+        pods = core.list_namespaced_pod(ns, label_selector=f"{c.LABEL_GATEWAY_NAME}=waypoint")
+        for pod in pods.items:
+            node = core.read_node(pod.spec.node_name)
+            assert node.metadata.labels[c.LABEL_OS] == "linux"
+    finally:
+        with contextlib.suppress(ApiException):
+            core.delete_namespace(ns)
+
+
+def _windows_pod(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {c.LABEL_OS: "windows", c.LABEL_WINDOWS_BUILD: c.BUILD_WS2022},
+            "tolerations": [
+                {"key": "os", "operator": "Equal", "value": "windows", "effect": "NoSchedule"}
+            ],
+            "containers": [{"name": "app", "image": "example.com/app:1"}],
+        },
+    }
+
+
+def test_the_webhook_mutates_a_windows_pod(
+    k8s: client.ApiClient, operator: Running, identity: Identity
+) -> None:
+    core = client.CoreV1Api(k8s)
+
+    def injected() -> bool:
+        out = core.create_namespaced_pod(operator.enrolled, _windows_pod("probe"), dry_run="All")
+        return any(ct.name == d.CONTAINER_NAME for ct in out.spec.init_containers or [])
+
+    try:
+        wait_for(injected, 90, "the webhook to mutate a Windows pod")
+    except TimeoutError:
+        _fail_with_log(operator.op, "webhook not mutating")
+    core.create_namespaced_pod(operator.enrolled, _windows_pod("app"))
+    stored = core.read_namespaced_pod("app", operator.enrolled)
+    assert stored.spec.init_containers[0].name == d.CONTAINER_NAME
+    # The TLS Secret was created by this identity in its own namespace.
+    secret = core.read_namespaced_secret(SECRET_NAME, identity.namespace)
+    assert secret.type == "kubernetes.io/tls"
+    config = client.AdmissionregistrationV1Api(k8s).read_mutating_webhook_configuration(CONFIG_NAME)
+    assert config.webhooks[0].client_config.ca_bundle
+
+
+def test_leader_lease_is_held(k8s: client.ApiClient, operator: Running, identity: Identity) -> None:
+    lease = client.CoordinationV1Api(k8s).read_namespaced_lease(
+        Options().lease_name, identity.namespace
+    )
+    assert lease.spec.holder_identity
+
+
+def _can(
+    k8s: client.ApiClient,
+    who: Identity,
+    verb: str,
+    resource: str,
+    *,
+    group: str = "",
+    namespace: str = "",
+    name: str = "",
+    subresource: str = "",
+) -> bool:
+    review = client.AuthorizationV1Api(k8s).create_subject_access_review(
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": who.user,
+                "groups": who.groups,
+                "resourceAttributes": {
+                    "verb": verb,
+                    "group": group,
+                    "resource": resource,
+                    "subresource": subresource,
+                    "namespace": namespace,
+                    "name": name,
+                },
+            },
+        }
+    )
+    return bool(review.status.allowed)
+
+
+def test_subject_access_reviews(k8s: client.ApiClient, identity: Identity) -> None:
+    ns = identity.namespace
+    # What it cannot do.
+    for verb in ("list", "watch", "get"):
+        assert not _can(k8s, identity, verb, "secrets"), f"{verb} secrets cluster-wide"
+        assert not _can(k8s, identity, verb, "secrets", namespace="kube-system")
+    assert not _can(k8s, identity, "list", "secrets", namespace=ns)
+    assert not _can(k8s, identity, "get", "secrets", namespace=ns, name="another-secret")
+    for where in ("", "default", ns):
+        assert not _can(k8s, identity, "create", "pods", namespace=where)
+    assert not _can(k8s, identity, "create", "pods", namespace="default", subresource="exec")
+    for verb in ("patch", "update", "delete", "create"):
+        assert not _can(k8s, identity, verb, "nodes"), f"{verb} nodes"
+        assert not _can(k8s, identity, verb, "nodes", name="linux-amd64-1")
+        assert not _can(k8s, identity, verb, "namespaces", name="default")
+    for verb in ("escalate", "bind"):
+        assert not _can(k8s, identity, verb, "clusterroles", group="rbac.authorization.k8s.io")
+    assert not _can(
+        k8s,
+        identity,
+        "patch",
+        "clusterroles",
+        group="rbac.authorization.k8s.io",
+        name="cluster-admin",
+    )
+    assert not _can(k8s, identity, "impersonate", "serviceaccounts")
+    assert not _can(
+        k8s, identity, "delete", "customresourcedefinitions", group="apiextensions.k8s.io"
+    )
+    # Controls: the same questions answered yes where the chart means yes.
+    assert _can(k8s, identity, "get", "secrets", namespace=ns, name=SECRET_NAME)
+    assert _can(k8s, identity, "create", "secrets", namespace=ns)
+    assert not _can(k8s, identity, "create", "secrets", namespace="default")
+    assert _can(k8s, identity, "list", "nodes")
+    assert _can(k8s, identity, "patch", "daemonsets", group="apps", namespace="istio-system")
+
+
+def test_no_request_was_forbidden(operator: Running, identity: Identity, audit: AuditLog) -> None:
+    # Last in the module: everything above ran under this identity.
+    events = audit.events(operator.since, user=identity.user)
+    assert len(events) > 50
+    refused = [
+        f"{e['verb']} {e.get('requestURI')}"
+        for e in events
+        if (e.get("responseStatus") or {}).get("code") == 403
+    ]
+    assert refused == [], refused
