@@ -6,11 +6,19 @@ the last pass (only those are reconciled), and talks to the API server.
 
 Handlers are coroutines so they run on the event loop, like the reconcile
 that reads what they write; nothing here is touched from a thread.
+
+The operator's loop calls `reconcile()` (and so resyncs it), but a Gateway
+should not wait for the data plane: under churn that loop spaces its passes
+out by seconds, since a data-plane pass renders everything. A waypoint pass
+only touches what changed, so the controller also runs its own short loop,
+woken by its own watches, debounced by a fraction of a second. A lock keeps
+the two from running a pass at the same time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import functools
 import logging
@@ -48,6 +56,10 @@ CONCURRENCY = 16
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
 STATUS_ATTEMPTS = 3
 GATEWAY_API_RECHECK_SECONDS = 30.0
+# The own loop: a burst of events within DEBOUNCE of each other is one pass,
+# and no change waits longer than MAX_DELAY.
+DEBOUNCE_SECONDS = 0.1
+MAX_DELAY_SECONDS = 1.0
 
 GatewayKey = tuple[str, str]
 T = TypeVar("T")
@@ -118,6 +130,8 @@ class WaypointController:
         # No pass before the caches hold what exists: a pass over half-loaded
         # caches would re-apply objects it has not seen yet.
         self.primed = False
+        self.wake = asyncio.Event()
+        self._lock = asyncio.Lock()
         # Whether the API server serves Gateway API; asked again until it does.
         self.gateway_api = False
         self._api_checked = -GATEWAY_API_RECHECK_SECONDS
@@ -125,13 +139,17 @@ class WaypointController:
         # many connections as CONCURRENCY, whatever the default pool's size.
         self._pool = ThreadPoolExecutor(max_workers=CONCURRENCY, thread_name_prefix="waypoints")
 
+    def close(self) -> None:
+        """Let the API-call threads go (at shutdown)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
 
     # -- watch events (called on the event loop) ---------------------------------
     def _poke(self) -> None:
-        self.state.poke()
+        self.wake.set()
 
     def on_gateway(self, event: str | None, body: Mapping[str, Any]) -> None:
         """A Gateway was listed, changed or deleted."""
@@ -381,9 +399,39 @@ class WaypointController:
         self.primed = True
         self._poke()
 
-    # -- the pass ----------------------------------------------------------------
+    # -- the loops ----------------------------------------------------------------
+    async def run(self, leading: Callable[[], bool]) -> None:
+        """Reconcile soon after each change, while `leading()` says we may write."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await self.wake.wait()
+            deadline = loop.time() + MAX_DELAY_SECONDS
+            while True:
+                self.wake.clear()
+                left = deadline - loop.time()
+                if left <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(self.wake.wait(), min(DEBOUNCE_SECONDS, left))
+                except TimeoutError:
+                    break
+            if not leading():
+                continue  # the operator's loop takes over with us when we lead
+            try:
+                await self.reconcile()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("waypoint pass failed; retrying")
+                await asyncio.sleep(RETRY_SECONDS[0])
+                self.wake.set()
+
     async def reconcile(self) -> None:
         """Reconcile what changed since the last pass; with nothing changed, no request."""
+        async with self._lock:
+            await self._pass()
+
+    async def _pass(self) -> None:
         if not self.primed:
             return
         mesh = self.state.mesh
@@ -806,9 +854,22 @@ def register(operator: Operator) -> WaypointController:
     reg = operator.registry
     ours = {LABEL_CONTROLLER: wr.CONTROLLER}
 
+    def leading() -> bool:
+        return operator.elector is None or operator.elector.leading
+
     @kopf.on.startup(registry=reg, id="waypoints-prime", backoff=2)
-    async def prime(**_: Any) -> None:
+    async def prime(memo: kopf.Memo, **_: Any) -> None:
         await ctl.prime()
+        memo["waypoints"] = asyncio.create_task(ctl.run(leading), name="waypoints-loop")
+
+    @kopf.on.cleanup(registry=reg, id="waypoints-stop")
+    async def stop(memo: kopf.Memo, **_: Any) -> None:
+        task = memo.get("waypoints")
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        ctl.close()
 
     @kopf.on.event(
         "gateway.networking.k8s.io", "v1", "gateways", registry=reg, id="waypoints-gateways"

@@ -1,0 +1,732 @@
+"""Waypoints without a cluster: render decisions, Gateway status rules, the watch caches.
+
+The API server plays no part in what is tested here (pure functions, and the
+in-memory bookkeeping of the controller); its behaviour is tested in
+test_waypoint_cluster.py.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ambient_operator import constants as c
+from ambient_operator.api.v1alpha1 import AmbientMeshSpec
+from ambient_operator.apply import Owner, prepare
+from ambient_operator.state import ClusterState
+from ambient_operator.status import Verdict
+from ambient_operator.waypoints import render as wr
+from ambient_operator.waypoints import status as ws
+from ambient_operator.waypoints.cli import waypoint_gateway
+from ambient_operator.waypoints.controller import WaypointController
+
+NOW = "2026-11-30T10:00:00Z"
+LATER = "2026-11-30T11:00:00Z"
+VERSIONS = [f"1.{minor}" for minor in range(30, 38)]
+MESH = {"name": "mesh", "port": 15008, "protocol": "HBONE"}
+HTTP = {"name": "http", "port": 80, "protocol": "HTTP"}
+
+
+def gateway(
+    *listeners: dict[str, Any],
+    name: str = "waypoint",
+    namespace: str = "apps",
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    infrastructure: dict[str, Any] | None = None,
+    generation: int = 1,
+    status: dict[str, Any] | None = None,
+    class_name: str = "ambient-waypoint",
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "gatewayClassName": class_name,
+        "listeners": list(listeners) or [MESH],
+    }
+    if infrastructure is not None:
+        spec["infrastructure"] = infrastructure
+    obj: dict[str, Any] = {
+        "apiVersion": c.GATEWAY_API_VERSION,
+        "kind": "Gateway",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{name}",
+            "generation": generation,
+            "resourceVersion": "10",
+            "labels": labels or {},
+            "annotations": annotations or {},
+        },
+        "spec": spec,
+    }
+    if status is not None:
+        obj["status"] = status
+    return obj
+
+
+def gateway_class(
+    parameters: dict[str, Any] | None = None, labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"controllerName": "ambientoperator.io/waypoint-controller"}
+    if parameters:
+        spec["parametersRef"] = parameters
+    return {
+        "apiVersion": c.GATEWAY_API_VERSION,
+        "kind": "GatewayClass",
+        "metadata": {"name": "ambient-waypoint", "generation": 1, "labels": labels or {}},
+        "spec": spec,
+    }
+
+
+def params_ref(name: str = "params", **extra: str) -> dict[str, str]:
+    return {"group": "", "kind": "ConfigMap", "name": name, **extra}
+
+
+def render(
+    gw: dict[str, Any],
+    cls: dict[str, Any] | None = None,
+    config_maps: dict[tuple[str, str], dict[str, Any] | None] | None = None,
+    spec: AmbientMeshSpec | None = None,
+    **kwargs: Any,
+) -> wr.WaypointRender:
+    return wr.render_waypoint(
+        spec or AmbientMeshSpec(),
+        gw,
+        cls if cls is not None else gateway_class(),
+        config_maps or {},
+        **kwargs,
+    )
+
+
+def by_kind(result: wr.WaypointRender) -> dict[str, dict[str, Any]]:
+    return {obj["kind"]: obj for obj in result.objects}
+
+
+def pod_spec(result: wr.WaypointRender) -> dict[str, Any]:
+    spec: dict[str, Any] = by_kind(result)["Deployment"]["spec"]["template"]["spec"]
+    return spec
+
+
+# -- listeners and acceptance --------------------------------------------------------
+
+
+def test_hbone_listener_on_15008_is_the_only_valid_one() -> None:
+    checks = wr.check_listeners(
+        gateway(MESH, HTTP, {"name": "hb", "port": 15009, "protocol": "HBONE"})
+    )
+    assert [ch.valid for ch in checks] == [True, False, False]
+    assert "accepts only protocol HBONE on port 15008" in checks[1].message
+    assert "HTTP on port 80" in checks[1].message
+
+
+def test_gateway_with_one_valid_listener_is_accepted() -> None:
+    result = render(gateway(MESH, HTTP))
+    assert result.accepted.status == "True"
+    assert result.accepted.reason == "Accepted"
+    assert {obj["kind"] for obj in result.objects} == {"ServiceAccount", "Deployment", "Service"}
+
+
+def test_gateway_with_only_invalid_listeners_is_not_accepted_and_gets_nothing() -> None:
+    result = render(gateway(HTTP))
+    assert (result.accepted.status, result.accepted.reason) == ("False", "ListenersNotValid")
+    assert "HBONE" in result.accepted.message and "15008" in result.accepted.message
+    assert result.objects == ()
+
+
+def test_spec_addresses_are_unsupported() -> None:
+    gw = gateway()
+    gw["spec"]["addresses"] = [{"type": "IPAddress", "value": "10.0.0.1"}]
+    assert render(gw).accepted.reason == "UnsupportedAddress"
+
+
+@pytest.mark.parametrize(
+    ("ref", "maps", "fragment"),
+    [
+        (params_ref("missing"), {}, "not found"),
+        ({"group": "example.com", "kind": "Params", "name": "p"}, {}, "only a core ConfigMap"),
+        (params_ref(), {("apps", "params"): {"replicas": "many"}}, "replicas"),
+        (params_ref(), {("apps", "params"): {"deployment": "spec: {}"}}, "allowed keys"),
+        (params_ref(), {("apps", "params"): {"resources": "{requests: ["}}, "not valid YAML"),
+        (params_ref(), {("apps", "params"): {"replicas": "-1"}}, "replicas"),
+    ],
+)
+def test_bad_parameters_reject_the_gateway(
+    ref: dict[str, str], maps: dict[tuple[str, str], dict[str, Any] | None], fragment: str
+) -> None:
+    result = render(gateway(infrastructure={"parametersRef": ref}), config_maps=maps)
+    assert (result.accepted.status, result.accepted.reason) == ("False", "InvalidParameters")
+    assert fragment in result.accepted.message
+    assert result.objects == ()
+
+
+def test_a_name_that_cannot_name_a_service_is_invalid() -> None:
+    result = render(gateway(name="1.waypoint"))
+    assert (result.accepted.status, result.accepted.reason) == ("False", "Invalid")
+    assert c.ANNOTATION_GATEWAY_NAME_OVERRIDE in result.accepted.message
+    fixed = render(
+        gateway(name="1.waypoint", annotations={c.ANNOTATION_GATEWAY_NAME_OVERRIDE: "wp"})
+    )
+    assert fixed.accepted.status == "True"
+    assert by_kind(fixed)["Service"]["metadata"]["name"] == "wp"
+
+
+# -- names, labels, objects -------------------------------------------------------------
+
+
+def test_objects_are_named_after_the_gateway_unless_annotated() -> None:
+    plain = by_kind(render(gateway()))
+    assert {obj["metadata"]["name"] for obj in plain.values()} == {"waypoint"}
+    annotated = by_kind(
+        render(
+            gateway(
+                annotations={
+                    c.ANNOTATION_GATEWAY_NAME_OVERRIDE: "wp-deploy",
+                    c.ANNOTATION_GATEWAY_SERVICE_ACCOUNT: "wp-sa",
+                }
+            )
+        )
+    )
+    assert annotated["Deployment"]["metadata"]["name"] == "wp-deploy"
+    assert annotated["Service"]["metadata"]["name"] == "wp-deploy"
+    assert annotated["ServiceAccount"]["metadata"]["name"] == "wp-sa"
+    pod = annotated["Deployment"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "wp-sa"
+
+
+def test_someone_elses_service_account_is_used_not_rendered() -> None:
+    result = render(
+        gateway(annotations={c.ANNOTATION_GATEWAY_SERVICE_ACCOUNT: "shared"}),
+        own_service_account=False,
+    )
+    assert "ServiceAccount" not in by_kind(result)
+    assert pod_spec(result)["serviceAccountName"] == "shared"
+
+
+def test_labels_selector_and_pod_template() -> None:
+    result = render(gateway(infrastructure={"labels": {"team": "a", c.LABEL_GATEWAY_NAME: "x"}}))
+    objs = by_kind(result)
+    for obj in objs.values():
+        labels = obj["metadata"]["labels"]
+        assert labels[c.LABEL_GATEWAY_NAME] == "waypoint"  # ours beat infrastructure's
+        assert labels[c.LABEL_GATEWAY_CLASS_NAME] == "ambient-waypoint"
+        assert labels["team"] == "a"
+    deploy = objs["Deployment"]
+    assert deploy["spec"]["selector"]["matchLabels"] == {c.LABEL_GATEWAY_NAME: "waypoint"}
+    pod_labels = deploy["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels[c.LABEL_DATAPLANE_MODE] == "none"
+    assert pod_labels["sidecar.istio.io/inject"] == "false"
+    assert pod_labels[c.LABEL_GATEWAY_NAME] == "waypoint"
+    assert objs["Service"]["spec"]["selector"] == {c.LABEL_GATEWAY_NAME: "waypoint"}
+
+
+def test_proxy_container_is_locked_down_and_probed() -> None:
+    result = render(gateway(namespace="apps"))
+    pod = pod_spec(result)
+    (container,) = pod["containers"]
+    assert container["name"] == "istio-proxy"
+    assert container["image"] == "docker.io/istio/proxyv2:1.28.0"
+    assert container["args"][:2] == ["proxy", "waypoint"]
+    assert container["args"][container["args"].index("--domain") + 1] == (
+        "$(POD_NAMESPACE).svc.cluster.local"
+    )
+    assert container["args"][container["args"].index("--serviceCluster") + 1] == (
+        "waypoint.$(POD_NAMESPACE)"
+    )
+    sc = container["securityContext"]
+    assert (sc["runAsUser"], sc["runAsGroup"], sc["runAsNonRoot"]) == (1337, 1337, True)
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    for probe in ("readinessProbe", "startupProbe"):
+        assert container[probe]["httpGet"]["port"] == 15021
+        assert container[probe]["httpGet"]["path"] == "/healthz/ready"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["CA_ADDR"] == "istiod.istio-system.svc:15012"
+    assert '"discoveryAddress":"istiod.istio-system.svc:15012"' in env["PROXY_CONFIG"]
+    assert env["ISTIO_META_OWNER"].endswith("/namespaces/apps/deployments/waypoint")
+    assert pod["os"] == {"name": "linux"}
+    assert pod["nodeSelector"] == {c.LABEL_OS: "linux"}
+
+
+def test_service_has_status_port_and_one_port_per_valid_listener() -> None:
+    result = render(
+        gateway(
+            MESH,
+            HTTP,
+            {"name": "mesh-b", "port": 15008, "protocol": "HBONE", "hostname": "b.example.com"},
+        )
+    )
+    ports = by_kind(result)["Service"]["spec"]["ports"]
+    assert [(p["name"], p["port"], p["appProtocol"]) for p in ports] == [
+        ("status-port", 15021, "tcp"),
+        ("mesh", 15008, "hbone"),
+    ]
+
+
+def test_istiod_revision_and_address_come_from_the_mesh() -> None:
+    spec = AmbientMeshSpec.model_validate(
+        {"istiod": {"revision": "canary"}, "namespace": "mesh", "clusterDomain": "corp.local"}
+    )
+    result = render(gateway(), spec=spec)
+    container = pod_spec(result)["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["CA_ADDR"] == "istiod-canary.mesh.svc:15012"
+    assert "$(POD_NAMESPACE).svc.corp.local" in container["args"]
+    annotations = by_kind(result)["Deployment"]["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["istio.io/rev"] == "canary"
+
+
+# -- settings precedence and Linux pinning ---------------------------------------------------
+
+
+def test_gateway_parameters_beat_class_parameters_beat_mesh_defaults() -> None:
+    spec = AmbientMeshSpec.model_validate(
+        {"waypoints": {"replicas": 2, "nodeSelector": {"pool": "mesh"}, "image": "r.io/p:1"}}
+    )
+    cls = gateway_class(params_ref("class-params", namespace="istio-system"))
+    maps: dict[tuple[str, str], dict[str, Any] | None] = {
+        ("istio-system", "class-params"): {"replicas": "3", "nodeSelector": "{zone: a}"},
+        ("apps", "gw-params"): {
+            "replicas": "4",
+            "resources": "{requests: {cpu: 50m}}",
+            "image": "r.io/p:2",
+        },
+    }
+    result = render(
+        gateway(infrastructure={"parametersRef": params_ref("gw-params")}), cls, maps, spec
+    )
+    pod = pod_spec(result)
+    assert by_kind(result)["Deployment"]["spec"]["replicas"] == 4
+    assert pod["nodeSelector"] == {"pool": "mesh", "zone": "a", c.LABEL_OS: "linux"}
+    assert pod["containers"][0]["resources"] == {"requests": {"cpu": "50m"}}
+    assert pod["containers"][0]["image"] == "r.io/p:2"
+
+
+def test_windows_placement_is_overridden_and_reported() -> None:
+    maps: dict[tuple[str, str], dict[str, Any] | None] = {
+        ("apps", "params"): {
+            "nodeSelector": yaml.safe_dump(
+                {c.LABEL_OS: "windows", c.LABEL_WINDOWS_BUILD: "10.0.20348", "pool": "x"}
+            ),
+            "tolerations": yaml.safe_dump(
+                [
+                    {"key": "os", "operator": "Equal", "value": "windows", "effect": "NoSchedule"},
+                    {"key": "dedicated", "operator": "Exists"},
+                ]
+            ),
+        }
+    }
+    result = render(gateway(infrastructure={"parametersRef": params_ref()}), config_maps=maps)
+    pod = pod_spec(result)
+    assert pod["nodeSelector"] == {"pool": "x", c.LABEL_OS: "linux"}
+    assert pod["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+    (warning,) = result.warnings
+    assert warning[0] == "WindowsPlacementIgnored"
+    assert "kubernetes.io/os=windows" in warning[1]
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            [c.LABEL_OS, "beta.kubernetes.io/os", c.LABEL_WINDOWS_BUILD, "pool", "zone"]
+        ),
+        st.sampled_from(["linux", "windows", "a", "10.0.20348"]),
+    )
+)
+def test_pinning_always_selects_linux_and_nothing_windows_only(selector: dict[str, str]) -> None:
+    pinned, _, dropped = wr.pin_linux(selector, [])
+    assert pinned[c.LABEL_OS] == "linux"
+    assert not any(key.startswith("node.kubernetes.io/windows-") for key in pinned)
+    assert pinned.get("beta.kubernetes.io/os", "linux") == "linux"
+    kept = {k: v for k, v in selector.items() if k in ("pool", "zone")}
+    assert {k: v for k, v in pinned.items() if k in ("pool", "zone")} == kept
+    assert len(dropped) == sum(
+        1
+        for k, v in selector.items()
+        if (k in (c.LABEL_OS, "beta.kubernetes.io/os") and v != "linux")
+        or k == c.LABEL_WINDOWS_BUILD
+    )
+
+
+# -- waypoint-for ------------------------------------------------------------------------
+
+
+def test_waypoint_for_gateway_label_beats_class_label() -> None:
+    cls = gateway_class(labels={c.LABEL_WAYPOINT_FOR: "all"})
+    from_class = render(gateway(), cls)
+    assert from_class.waypoint_for == "all"
+    assert by_kind(from_class)["Deployment"]["metadata"]["labels"][c.LABEL_WAYPOINT_FOR] == "all"
+    own = render(gateway(labels={c.LABEL_WAYPOINT_FOR: "workload"}), cls)
+    assert own.waypoint_for == "workload"
+    assert "workload traffic" in own.accepted.message
+
+
+def test_invalid_waypoint_for_is_reported_not_copied() -> None:
+    result = render(gateway(labels={c.LABEL_WAYPOINT_FOR: "everything"}))
+    assert result.accepted.status == "True"
+    assert result.waypoint_for is None
+    assert result.warnings[0][0] == "InvalidWaypointFor"
+    assert c.LABEL_WAYPOINT_FOR not in by_kind(result)["Service"]["metadata"]["labels"]
+
+
+# -- schema validity and determinism -----------------------------------------------------------
+
+
+def _all_rendered() -> list[dict[str, Any]]:
+    owner = Owner(c.GATEWAY_API_VERSION, "Gateway", "waypoint", "uid-waypoint")
+    result = render(
+        gateway(
+            MESH,
+            HTTP,
+            infrastructure={
+                "labels": {"team": "a"},
+                "annotations": {"example.com/note": "x"},
+                "parametersRef": params_ref(),
+            },
+        ),
+        config_maps={
+            ("apps", "params"): {
+                "replicas": "2",
+                "tolerations": "[{key: dedicated, operator: Exists, effect: NoSchedule}]",
+            }
+        },
+    )
+    objects = [prepare(obj, owner, wr.CONTROLLER) for obj in result.objects]
+    overlay, _ = wr.pin_class_defaults("spec:\n  replicas: 2\n")
+    assert overlay is not None
+    objects.append(wr.render_class_defaults(wr.CLASS_DEFAULTS_NAME, "istio-system", overlay))
+    return objects
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_rendered_objects_validate_strictly(version: str) -> None:
+    for obj in _all_rendered():
+        try:
+            kubernetes_validate.validate(obj, f"{version}.0", strict=True)
+        except kubernetes_validate.ValidationError as err:
+            path = ".".join(str(p) for p in err.path)
+            pytest.fail(f"{obj['kind']} invalid for {version}: {path}: {err.message}")
+
+
+def test_render_is_deterministic() -> None:
+    assert _all_rendered() == _all_rendered()
+    assert yaml.safe_dump(_all_rendered()) == yaml.safe_dump(_all_rendered())
+
+
+def test_gateway_class_is_ours() -> None:
+    spec = AmbientMeshSpec.model_validate(
+        {"waypoints": {"className": "wp", "controllerName": "example.com/wp"}}
+    )
+    cls = wr.render_gateway_class(spec)
+    assert cls["metadata"]["name"] == "wp"
+    assert cls["spec"]["controllerName"] == "example.com/wp"
+    assert len(cls["spec"]["description"]) <= 64  # Gateway API's limit
+    assert wr.class_is_ours(cls, "example.com/wp")
+    assert not wr.class_is_ours(cls, c.ISTIO_MESH_CONTROLLER)
+    assert not wr.class_is_ours(None, "example.com/wp")
+
+
+def test_class_with_bad_parameters_is_not_accepted() -> None:
+    cls = gateway_class(params_ref("nope", namespace="istio-system"))
+    verdict = wr.class_verdict(cls, {})
+    assert (verdict.status, verdict.reason) == ("False", "InvalidParameters")
+    assert wr.class_verdict(gateway_class(), {}).status == "True"
+
+
+# -- istiod's class defaults ----------------------------------------------------------------
+
+
+def test_class_defaults_keep_user_content_and_add_the_pin() -> None:
+    user = yaml.safe_dump(
+        {
+            "metadata": {"annotations": {"team": "mesh"}},
+            "spec": {
+                "replicas": 2,
+                "template": {"spec": {"nodeSelector": {"pool": "infra", c.LABEL_OS: "windows"}}},
+            },
+        }
+    )
+    merged, problem = wr.pin_class_defaults(user)
+    assert problem is None and merged is not None
+    doc = yaml.safe_load(merged)
+    assert doc["metadata"] == {"annotations": {"team": "mesh"}}
+    assert doc["spec"]["replicas"] == 2
+    assert doc["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "infra", c.LABEL_OS: "linux"}
+    # Idempotent: a pinned overlay needs no write.
+    assert wr.pin_class_defaults(merged) == (None, None)
+
+
+@pytest.mark.parametrize("text", [None, "", "   \n"])
+def test_class_defaults_from_nothing(text: str | None) -> None:
+    merged, problem = wr.pin_class_defaults(text)
+    assert problem is None
+    assert yaml.safe_load(merged or "") == {
+        "spec": {"template": {"spec": {"nodeSelector": {c.LABEL_OS: "linux"}}}}
+    }
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "spec: [a]", "spec: {template: 3}", "a: [", ": :"])
+def test_unreadable_class_defaults_are_left_alone(text: str) -> None:
+    merged, problem = wr.pin_class_defaults(text)
+    assert merged is None and problem
+
+
+# -- Gateway status ----------------------------------------------------------------------------
+
+ACCEPTED = Verdict("Accepted", "True", "Accepted", "ok")
+
+
+def deployment(available: int, replicas: int = 1) -> dict[str, Any]:
+    return {"spec": {"replicas": replicas}, "status": {"availableReplicas": available}}
+
+
+def service(ip: str | None = "10.96.0.20", name: str = "waypoint") -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    if ip:
+        spec = {"clusterIP": ip, "clusterIPs": [ip]}
+    return {"metadata": {"name": name, "namespace": "apps"}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("accepted", "replicas", "deploy", "svc", "error", "expected"),
+    [
+        (ACCEPTED, 1, deployment(1), service(), None, ("True", "Programmed")),
+        (ACCEPTED, 1, deployment(0), service(), None, ("False", "Pending")),
+        (ACCEPTED, 0, deployment(1), service(), None, ("False", "NoResources")),
+        (ACCEPTED, 1, None, None, None, ("False", "Pending")),
+        (ACCEPTED, 1, deployment(1), service(None), None, ("False", "AddressNotAssigned")),
+        (ACCEPTED, 1, deployment(1), service(), "boom", ("False", "Invalid")),
+        (
+            Verdict("Accepted", "False", "ListenersNotValid", "x"),
+            1,
+            None,
+            None,
+            None,
+            ("False", "Invalid"),
+        ),
+    ],
+)
+def test_programmed_reasons(
+    accepted: Verdict,
+    replicas: int,
+    deploy: dict[str, Any] | None,
+    svc: dict[str, Any] | None,
+    error: str | None,
+    expected: tuple[str, str],
+) -> None:
+    verdict = ws.programmed_verdict(accepted, replicas, deploy, svc, error)
+    assert (verdict.status, verdict.reason) == expected
+
+
+def _status(
+    gw: dict[str, Any], programmed: Verdict, svc: dict[str, Any] | None, now: str = NOW
+) -> dict[str, Any]:
+    return ws.gateway_status(
+        gw, ACCEPTED, programmed, wr.check_listeners(gw), svc, "cluster.local", now
+    )
+
+
+PROGRAMMED = Verdict("Programmed", "True", "Programmed", "1/1")
+PENDING = Verdict("Programmed", "False", "NoResources", "0 replicas")
+
+
+def test_addresses_appear_when_programmed_and_are_never_removed() -> None:
+    gw = gateway(MESH, HTTP)
+    assert "addresses" not in _status(gw, PENDING, service())
+    ready = _status(gw, PROGRAMMED, service())
+    assert ready["addresses"] == [
+        {"type": "IPAddress", "value": "10.96.0.20"},
+        {"type": "Hostname", "value": "waypoint.apps.svc.cluster.local"},
+    ]
+    gw["status"] = ready
+    scaled_down = _status(gw, PENDING, service())
+    assert scaled_down["addresses"] == ready["addresses"]
+    gw["status"] = scaled_down
+    gone = _status(gw, PENDING, None)
+    assert gone["addresses"] == ready["addresses"]
+    gw["status"] = gone
+    moved = _status(gw, PROGRAMMED, service("10.96.0.99"))
+    assert moved["addresses"][:2] == ready["addresses"]
+    assert {"type": "IPAddress", "value": "10.96.0.99"} in moved["addresses"]
+
+
+def test_listener_status_rejects_unsupported_protocols() -> None:
+    gw = gateway(MESH, HTTP)
+    listeners = {item["name"]: item for item in _status(gw, PROGRAMMED, service())["listeners"]}
+    assert set(listeners) == {"mesh", "http"}
+    for item in listeners.values():
+        assert item["supportedKinds"] == [] and item["attachedRoutes"] == 0
+        assert {cond["type"] for cond in item["conditions"]} == {
+            "Accepted",
+            "Programmed",
+            "ResolvedRefs",
+        }
+    mesh = {cond["type"]: cond for cond in listeners["mesh"]["conditions"]}
+    http = {cond["type"]: cond for cond in listeners["http"]["conditions"]}
+    assert (mesh["Accepted"]["status"], mesh["Programmed"]["status"]) == ("True", "True")
+    assert (http["Accepted"]["status"], http["Accepted"]["reason"]) == (
+        "False",
+        "UnsupportedProtocol",
+    )
+    assert "only protocol HBONE on port 15008" in http["Accepted"]["message"]
+    assert http["Programmed"]["status"] == "False"
+
+
+def test_route_kinds_cannot_attach_to_a_waypoint_listener() -> None:
+    listener = {**MESH, "allowedRoutes": {"kinds": [{"kind": "HTTPRoute"}]}}
+    gw = gateway(listener)
+    (item,) = _status(gw, PROGRAMMED, service())["listeners"]
+    resolved = next(cond for cond in item["conditions"] if cond["type"] == "ResolvedRefs")
+    assert (resolved["status"], resolved["reason"]) == ("False", "InvalidRouteKinds")
+
+
+def test_observed_generation_and_transition_times() -> None:
+    gw = gateway(generation=3)
+    first = _status(gw, PROGRAMMED, service())
+    assert all(cond["observedGeneration"] == 3 for cond in first["conditions"])
+    gw["status"] = first
+    gw["metadata"]["generation"] = 4
+    again = _status(gw, PROGRAMMED, service(), now=LATER)
+    assert all(cond["observedGeneration"] == 4 for cond in again["conditions"])
+    assert all(cond["lastTransitionTime"] == NOW for cond in again["conditions"])
+    gw["status"] = again
+    flipped = _status(gw, PENDING, service(), now=LATER)
+    times = {cond["type"]: cond["lastTransitionTime"] for cond in flipped["conditions"]}
+    assert times == {"Accepted": NOW, "Programmed": LATER}
+
+
+def test_no_write_when_only_times_differ() -> None:
+    gw = gateway()
+    desired = _status(gw, PROGRAMMED, service())
+    live = copy.deepcopy(desired)
+    for cond in live["conditions"]:
+        cond["lastTransitionTime"] = LATER
+    live["conditions"].append(
+        {
+            "type": "SomeoneElses",
+            "status": "True",
+            "reason": "X",
+            "message": "",
+            "lastTransitionTime": NOW,
+        }
+    )
+    assert not ws.gateway_status_changed(desired, live)
+    live["conditions"][1]["status"] = "False"
+    assert ws.gateway_status_changed(desired, live)
+    assert ws.gateway_status_changed(desired, {})
+
+
+address = st.fixed_dictionaries(
+    {
+        "type": st.sampled_from(["IPAddress", "Hostname"]),
+        "value": st.sampled_from([f"10.96.0.{i}" for i in range(30)] + ["a.b.svc"]),
+    }
+)
+addresses = st.lists(address, max_size=20)
+
+
+# A Service offers at most two cluster IPs and one name.
+current_addresses = st.lists(address, max_size=3)
+
+
+@given(addresses, current_addresses)
+def test_merged_addresses_keep_what_was_reported(
+    previous: list[dict[str, str]], current: list[dict[str, str]]
+) -> None:
+    merged = ws.merge_addresses(previous, current)
+    keys = [(a["type"], a["value"]) for a in merged]
+    assert len(keys) == len(set(keys)) <= ws.MAX_ADDRESSES
+    assert all((a["type"], a["value"]) in keys for a in current)
+    unique = list(dict.fromkeys((a["type"], a["value"]) for a in [*previous, *current]))
+    if len(unique) <= ws.MAX_ADDRESSES:
+        assert keys == unique  # nothing dropped, order kept
+    assert ws.merge_addresses(merged, current) == merged
+
+
+def test_class_status() -> None:
+    cls = gateway_class()
+    verdict = wr.class_verdict(cls, {})
+    desired = ws.class_status(cls, verdict, NOW)
+    (cond,) = desired["conditions"]
+    assert (cond["type"], cond["status"], cond["reason"]) == ("Accepted", "True", "Accepted")
+    assert ws.class_status_changed(desired, None)
+    assert not ws.class_status_changed(desired, desired)
+
+
+# -- the controller's bookkeeping ------------------------------------------------------------
+
+
+def _controller() -> WaypointController:
+    return WaypointController(ClusterState(), None, None)  # type: ignore[arg-type]
+
+
+def test_gateway_events_mark_only_that_gateway_and_skip_stale_copies() -> None:
+    ctl = _controller()
+    gw = gateway()
+    ctl.on_gateway("ADDED", gw)
+    assert ctl.dirty == {("apps", "waypoint")}
+    ctl.dirty.clear()
+    ctl.on_gateway("MODIFIED", gw)  # same resourceVersion: our own write coming back
+    assert not ctl.dirty
+    newer = copy.deepcopy(gw)
+    newer["metadata"]["resourceVersion"] = "11"
+    ctl.on_gateway("MODIFIED", newer)
+    assert ctl.dirty == {("apps", "waypoint")}
+
+
+def test_owned_object_events_mark_their_gateway() -> None:
+    ctl = _controller()
+    ctl.on_gateway("ADDED", gateway())
+    ctl.on_gateway("ADDED", gateway(name="other"))
+    ctl.dirty.clear()
+    deploy = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "waypoint",
+            "namespace": "apps",
+            "resourceVersion": "5",
+            "labels": {c.LABEL_GATEWAY_NAME: "waypoint"},
+        },
+    }
+    ctl.on_owned("MODIFIED", deploy)
+    assert ctl.dirty == {("apps", "waypoint")}
+    assert ("apps/v1", "Deployment", "apps", "waypoint") in ctl.objects[("apps", "waypoint")]
+    ctl.on_owned("DELETED", deploy)
+    assert ("apps", "waypoint") not in ctl.objects
+
+
+def test_class_events_mark_the_gateways_of_that_class() -> None:
+    ctl = _controller()
+    ctl.on_gateway("ADDED", gateway())
+    ctl.on_gateway("ADDED", gateway(name="istio", class_name="istio-waypoint"))
+    ctl.dirty.clear()
+    ctl.on_gateway_class("ADDED", {**gateway_class(), "metadata": {"name": "ambient-waypoint"}})
+    assert ctl.dirty == {("apps", "waypoint")}
+    assert ctl.classes_dirty
+
+
+def test_config_maps_are_watched_only_while_read() -> None:
+    ctl = _controller()
+    assert not ctl.wants_config_map("params", "apps", {})
+    assert ctl.wants_config_map("x", "istio-system", {c.LABEL_DEFAULTS_FOR_CLASS: "istio-waypoint"})
+    ctl._set_reads("gw:apps/waypoint", [("apps", "params")])
+    ctl.config_maps[("apps", "params")] = {"metadata": {"name": "params", "namespace": "apps"}}
+    assert ctl.wants_config_map("params", "apps", {})
+    ctl._set_reads("gw:apps/waypoint", [])
+    assert not ctl.wants_config_map("params", "apps", {})
+    assert ("apps", "params") not in ctl.config_maps  # would go stale unwatched
+
+
+def test_cli_gateway_shape() -> None:
+    gw = waypoint_gateway("apps", "waypoint", "ambient-waypoint", "all")
+    assert gw["spec"] == {
+        "gatewayClassName": "ambient-waypoint",
+        "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}],
+    }
+    assert gw["metadata"]["labels"] == {c.LABEL_WAYPOINT_FOR: "all"}
+    assert wr.is_waypoint(gw)
