@@ -323,12 +323,22 @@ def test_burst_of_nodes_is_a_handful_of_reconciles(
         }
         for n in names
     ]
-    total_before = _mesh(k8s)["status"]["nodes"]["total"]
+    core = client.CoreV1Api(k8s)
+
+    def status_counts_live_nodes() -> bool:
+        # Compared with the live list, not a delta: another module's nodes may
+        # still be leaving while this test runs.
+        live = {n.metadata.name for n in core.list_node().items}
+        return _mesh(k8s)["status"]["nodes"]["total"] == len(live)
+
     reconciles_before = operator.metric("ambient_operator_reconcile_total")
     _create_node_docs(k8s, tmp_path, docs, parallel=10)
     try:
         wait_for(
-            lambda: _mesh(k8s)["status"]["nodes"]["total"] == total_before + count,
+            lambda: (
+                set(names) <= {n.metadata.name for n in core.list_node().items}
+                and status_counts_live_nodes()
+            ),
             120,
             "status counts the new nodes",
         )
@@ -337,8 +347,15 @@ def test_burst_of_nodes_is_a_handful_of_reconciles(
     finally:
         for n in names:
             with contextlib.suppress(ApiException):
-                client.CoreV1Api(k8s).delete_node(n)
-    wait_for(lambda: _mesh(k8s)["status"]["nodes"]["total"] == total_before, 120, "nodes gone")
+                core.delete_node(n)
+    wait_for(
+        lambda: (
+            not set(names) & {n.metadata.name for n in core.list_node().items}
+            and status_counts_live_nodes()
+        ),
+        120,
+        "nodes gone",
+    )
     _wait_converged(k8s, 180, "Ready again")
 
 

@@ -530,6 +530,10 @@ class LocalCluster:
                 f"--cert-dir={w / 'certs' / 'kube-scheduler'}",
                 "--leader-elect=false",
                 "--profiling=false",
+                # A pod that found no node (say, its node was not in the
+                # scheduler's cache yet) is retried within seconds, not after
+                # the default 5 minutes: simulated node churn is fast.
+                "--pod-max-in-unschedulable-pods-duration=10s",
             ],
             "kwok": [
                 str(self.binary("kwok")),
