@@ -65,6 +65,25 @@ def _median_ms(func: Any, runs: int) -> float:
     return statistics.median(times)
 
 
+def measure(nodes: int = 5000, runs: int = 15) -> dict[str, float]:
+    """Median milliseconds of render_dataplane and of NodeFacts.from_node for `nodes` nodes."""
+    raw = inventory(nodes)
+    spec = AmbientMeshSpec()
+    facts = ClusterFacts.from_nodes(raw, istiod_ip="10.96.0.20", dns_ip="10.96.0.10")
+    result = render_dataplane(spec, facts)  # warm-up: template compilation
+    unlabeled = sum(1 for n in facts.nodes if n.os == "windows" and not n.build_from_label)
+    return {
+        "nodes": nodes,
+        "runs": runs,
+        "unlabeled_windows": unlabeled,
+        "objects": len(result.objects),
+        "daemonsets": len(result.daemonsets),
+        "unsupported": len(result.unsupported()),
+        "render_ms": _median_ms(lambda: render_dataplane(spec, facts), runs),
+        "facts_ms": _median_ms(lambda: tuple(NodeFacts.from_node(n) for n in raw), runs),
+    }
+
+
 def main() -> None:
     """Run the benchmark and print the medians."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -72,19 +91,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15)
     args = parser.parse_args()
 
-    raw = inventory(args.nodes)
-    spec = AmbientMeshSpec()
-    facts = ClusterFacts.from_nodes(raw, istiod_ip="10.96.0.20", dns_ip="10.96.0.10")
-    result = render_dataplane(spec, facts)  # warm-up: template compilation
-    unlabeled = sum(1 for n in facts.nodes if n.os == "windows" and not n.build_from_label)
-
-    render_ms = _median_ms(lambda: render_dataplane(spec, facts), args.runs)
-    facts_ms = _median_ms(lambda: tuple(NodeFacts.from_node(n) for n in raw), args.runs)
-    print(f"nodes: {args.nodes} ({unlabeled} Windows nodes without the build label)")
-    print(f"objects: {len(result.objects)}, daemonsets: {len(result.daemonsets)}, "
-          f"unsupported nodes: {len(result.unsupported())}")
-    print(f"render_dataplane: median {render_ms:.1f} ms over {args.runs} runs")
-    print(f"NodeFacts.from_node x{args.nodes}: median {facts_ms:.1f} ms over {args.runs} runs")
+    m = measure(args.nodes, args.runs)
+    print(f"nodes: {args.nodes} ({m['unlabeled_windows']} Windows nodes without the build label)")
+    print(f"objects: {m['objects']}, daemonsets: {m['daemonsets']}, "
+          f"unsupported nodes: {m['unsupported']}")
+    print(f"render_dataplane: median {m['render_ms']:.1f} ms over {args.runs} runs")
+    print(f"NodeFacts.from_node x{args.nodes}: median {m['facts_ms']:.1f} ms over {args.runs} runs")
 
 
 if __name__ == "__main__":

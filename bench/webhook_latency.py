@@ -197,14 +197,14 @@ def _setup(api: client.ApiClient, namespaces: dict[str, str]) -> None:
         _wait(lambda n=name: core.read_namespaced_service_account("default", n), 30, "SA")
 
 
-def main() -> int:
-    """Run the benchmark and print the figures."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--creators", type=int, default=20)
-    parser.add_argument("--pods-per-creator", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=3, help="pods per creator before measuring")
-    parser.add_argument("--dry-runs", type=int, default=200, help="idle dry-run creates per side")
-    args = parser.parse_args()
+def measure(
+    creators: int = 20, pods_per_creator: int = 30, warmup: int = 3, dry_runs: int = 200
+) -> dict[str, Any]:
+    """Run the benchmark on a private cluster; samples in seconds.
+
+    Returns `idle` and `load` ({"with": [...], "without": [...]}), the count of
+    pods carrying the init container, and the operator's mean times per review.
+    """
     namespaces = {"with": "bench-enrolled", "without": "bench-plain", "tls": "bench-tls"}
 
     with (
@@ -224,11 +224,9 @@ def main() -> int:
                 return any(ct.name == d.CONTAINER_NAME for ct in out.spec.init_containers or [])
 
             _wait(mutated, 90, "the webhook")
-            idle = _dry_runs(core, namespaces, args.dry_runs)
-            _round(cluster.kubeconfig, namespaces, args.creators, args.warmup, "warm")
-            results = _round(
-                cluster.kubeconfig, namespaces, args.creators, args.pods_per_creator, "bench"
-            )
+            idle = _dry_runs(core, namespaces, dry_runs)
+            _round(cluster.kubeconfig, namespaces, creators, warmup, "warm")
+            results = _round(cluster.kubeconfig, namespaces, creators, pods_per_creator, "bench")
             stored = core.list_namespaced_pod(namespaces["with"]).items
             injected = sum(
                 1
@@ -245,18 +243,40 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
 
+    return {
+        "creators": creators,
+        "idle": idle,
+        "load": results,
+        "injected": injected,
+        "stored": len(stored),
+        "reviews": reviews,
+        "decision_ms": decide_sum / reviews * 1000 if reviews else 0.0,
+        "review_ms": serve_sum / reviews * 1000 if reviews else 0.0,
+    }
+
+
+def main() -> int:
+    """Run the benchmark and print the figures."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--creators", type=int, default=20)
+    parser.add_argument("--pods-per-creator", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=3, help="pods per creator before measuring")
+    parser.add_argument("--dry-runs", type=int, default=200, help="idle dry-run creates per side")
+    args = parser.parse_args()
+    m = measure(args.creators, args.pods_per_creator, args.warmup, args.dry_runs)
+
     # Every component and the creators share these CPUs: the added latency
     # under load is mostly the API server's extra work per call, queued.
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"creators: {args.creators}; CPUs: {os.cpu_count()}; load average: {load}")
-    print(f"pods in the enrolled namespace carrying the init container: {injected}/{len(stored)}")
-    _report("idle cluster, sequential dry-run creates", idle)
-    added = _report(f"{args.creators} concurrent creators, real creates", results)
-    if reviews:
+    print(f"pods in the enrolled namespace carrying the init container: "
+          f"{m['injected']}/{m['stored']}")  # fmt: skip
+    _report("idle cluster, sequential dry-run creates", m["idle"])
+    added = _report(f"{args.creators} concurrent creators, real creates", m["load"])
+    if m["reviews"]:
         print(
-            f"in the operator, mean per review over {int(reviews)}: decision "
-            f"{decide_sum / reviews * 1000:.3f} ms, "
-            f"whole review {serve_sum / reviews * 1000:.3f} ms"
+            f"in the operator, mean per review over {int(m['reviews'])}: decision "
+            f"{m['decision_ms']:.3f} ms, whole review {m['review_ms']:.3f} ms"
         )
     target = 20.0
     verdict = "meets" if added < target else "MISSES"

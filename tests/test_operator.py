@@ -242,7 +242,7 @@ def test_nodes_come_and_go(
     _create_node_docs(k8s, tmp_path, [_node_doc(extra, "10.0.26100", "10.0.26100.2314")])
     try:
         wait_for(lambda: _desired(k8s, ws2025) == before + 1, 30, "WS2025 node gets its agent")
-        _wait_placed(k8s, ws2025, extra, 60)
+        _wait_placed(k8s, ws2025, extra, 150)
     finally:
         core.delete_node(extra)
 
@@ -255,7 +255,7 @@ def test_nodes_come_and_go(
     )
     ws2022_ztunnel = sorted(n for n in ws2022 if n.startswith("ztunnel"))[0]
     try:
-        _wait_placed(k8s, ws2022_ztunnel, unlabeled, 60)
+        _wait_placed(k8s, ws2022_ztunnel, unlabeled, 150)
         assert "node.kubernetes.io/windows-build" not in (
             core.read_node(unlabeled).metadata.labels or {}
         )
@@ -281,7 +281,7 @@ def test_nodes_come_and_go(
         doc["metadata"]["labels"].update(pool)
         _create_node_docs(k8s, tmp_path, [doc])
         wait_for(lambda: ws2022 <= set(_daemonsets(k8s)), 30, "WS2022 DaemonSets for the node")
-        _wait_placed(k8s, ws2022_ztunnel, own, 60)
+        _wait_placed(k8s, ws2022_ztunnel, own, 150)
         core.delete_node(own)
         wait_for(lambda: not ws2022 & set(_daemonsets(k8s)), 30, "last WS2022 node left")
     finally:

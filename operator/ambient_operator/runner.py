@@ -143,6 +143,9 @@ class Operator:
 
     # -- watches ------------------------------------------------------------
     def _register(self) -> None:
+        # Handlers are coroutines: they run on the event loop, like the reconcile
+        # that reads the caches they fill and the asyncio.Event they set (neither
+        # is safe to touch from kopf's executor threads, where sync handlers run).
         reg = self.registry
         state = self.state
 
@@ -154,6 +157,7 @@ class Operator:
 
         @kopf.on.startup(registry=reg)
         async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+            state.loop = asyncio.get_running_loop()
             settings.posting.enabled = False  # we post our own, deduplicated Events
             settings.watching.server_timeout = 300
             settings.watching.client_timeout = 330
@@ -164,14 +168,14 @@ class Operator:
             self.dataplane.kube_version = await asyncio.to_thread(self._kube_version)
 
         @kopf.on.event(c.API_GROUP, c.API_VERSION, c.PLURAL, registry=reg)
-        def mesh_event(type: str | None, body: kopf.Body, name: str, **_: Any) -> None:
+        async def mesh_event(type: str | None, body: kopf.Body, name: str, **_: Any) -> None:
             if name != c.MESH_NAME:
                 return
             state.mesh = None if type == "DELETED" else copy.deepcopy(dict(body))
             state.poke()
 
         @kopf.on.event("", "v1", "nodes", registry=reg)
-        def node_event(type: str | None, body: kopf.Body, name: str, **_: Any) -> None:
+        async def node_event(type: str | None, body: kopf.Body, name: str, **_: Any) -> None:
             if type == "DELETED":
                 state.nodes.pop(name, None)
                 state.poke()
@@ -186,7 +190,7 @@ class Operator:
             return name.startswith("istiod") or name == "kube-dns"
 
         @kopf.on.event("", "v1", "services", when=istiod_or_dns, registry=reg)
-        def service_event(
+        async def service_event(
             type: str | None, body: kopf.Body, name: str, namespace: str | None, **_: Any
         ) -> None:
             if type == "DELETED":
@@ -196,7 +200,7 @@ class Operator:
             state.poke()
 
         @kopf.on.event("apps", "v1", "deployments", when=istiod_or_dns, registry=reg)
-        def deployment_event(
+        async def deployment_event(
             type: str | None, body: kopf.Body, name: str, namespace: str | None, **_: Any
         ) -> None:
             if type == "DELETED":
@@ -212,7 +216,7 @@ class Operator:
             @kopf.on.event(
                 group, version, plural, labels=MANAGED, registry=reg, id=f"owned-{plural}"
             )
-            def owned_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+            async def owned_event(type: str | None, body: kopf.Body, **_: Any) -> None:
                 obj = copy.deepcopy(dict(body))
                 if type != "DELETED":
                     cached = state.owned.get(key_of(obj))
@@ -229,7 +233,7 @@ class Operator:
                 )
 
         @kopf.on.event("", "v1", "namespaces", registry=reg)
-        def namespace_event(type: str | None, body: kopf.Body, name: str, **_: Any) -> None:
+        async def namespace_event(type: str | None, body: kopf.Body, name: str, **_: Any) -> None:
             if type == "DELETED":
                 state.namespaces.pop(name, None)
             else:
@@ -246,7 +250,7 @@ class Operator:
             state.poke()
 
         @kopf.on.event("", "v1", "pods", registry=reg)
-        def pod_event(
+        async def pod_event(
             type: str | None, body: kopf.Body, name: str, namespace: str | None, **_: Any
         ) -> None:
             key = (namespace or "", name)
@@ -260,7 +264,7 @@ class Operator:
                 state.poke(urgent=False)
 
         @kopf.on.event("gateway.networking.k8s.io", "v1", "gateways", registry=reg)
-        def gateway_event(
+        async def gateway_event(
             type: str | None, body: kopf.Body, name: str, namespace: str | None, **_: Any
         ) -> None:
             if type == "DELETED":
@@ -273,6 +277,7 @@ class Operator:
         async def start_loop(memo: kopf.Memo, **_: Any) -> None:
             # Fill the caches before the first reconcile: a pass over half-loaded
             # caches would prune the agents of nodes not seen yet.
+            state.loop = asyncio.get_running_loop()  # prime pokes from its thread
             await asyncio.to_thread(self.prime)
             memo["loop"] = asyncio.create_task(self.loop(), name="reconcile-loop")
             if self.elector is not None:
@@ -318,7 +323,8 @@ class Operator:
                 "labels": dict(meta.get("labels") or {}),
             }
         misses = self.webhook.misses
-        for pod in kube.list(KINDS[("v1", "Pod")]):
+        # Page by page: thousands of whole pods at once would set the peak memory.
+        for pod in kube.iter_list(KINDS[("v1", "Pod")]):
             summary = PodSummary.of(pod)
             state.pods[(summary.namespace, summary.name)] = summary
             if misses is not None:
@@ -375,12 +381,15 @@ class Operator:
             if self.elector is not None and not self.elector.leading:
                 continue  # the elector pokes us when we take over
             try:
-                # Misses first: the status this pass writes carries their count.
+                # Count the misses first, so the status this pass writes carries the
+                # count; tell about them (Events, slow) after everything else.
                 if self.webhook.misses is not None:
-                    await self.webhook.misses.check()
+                    self.webhook.misses.count()
                 await self.dataplane.reconcile()
                 await self.namespaces.check_all()
                 await self.waypoints.reconcile()
+                if self.webhook.misses is not None:
+                    await self.webhook.misses.check()
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -74,8 +74,22 @@ class ClusterState:
     # of our objects) rather than only what status reports (pods, rollouts).
     urgent: bool = False
 
+    # The event loop the reconcile runs on, set at start-up. asyncio.Event is not
+    # thread-safe: a poke from another thread (code run by asyncio.to_thread)
+    # is handed to the loop, or the loop might not wake up until other I/O does.
+    loop: asyncio.AbstractEventLoop | None = None
+
     def poke(self, urgent: bool = True) -> None:
         """Ask the reconcile loop to run: soon when urgent, else within seconds."""
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            try:
+                running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is not loop:
+                loop.call_soon_threadsafe(self.poke, urgent)
+                return
         self.urgent = self.urgent or urgent
         self.trigger.set()
 

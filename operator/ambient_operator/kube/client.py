@@ -7,7 +7,7 @@ create, delete. Controllers call it through `asyncio.to_thread`.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import urllib3
@@ -136,6 +136,30 @@ class Kube:
             item.setdefault("apiVersion", kind.api_version)
             item.setdefault("kind", kind.kind)
         return items
+
+    def iter_list(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        page_size: int = 500,
+    ) -> Iterator[dict[str, Any]]:
+        """Like `list`, a page at a time: memory stays flat however many objects exist."""
+        token = ""
+        while True:
+            query = [("limit", str(page_size))]
+            if label_selector:
+                query.append(("labelSelector", label_selector))
+            if token:
+                query.append(("continue", token))
+            result = self.request("GET", kind.collection(namespace), query=query)
+            for item in result.get("items", []):
+                item.setdefault("apiVersion", kind.api_version)
+                item.setdefault("kind", kind.kind)
+                yield item
+            token = (result.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return
 
     def apply(self, obj: Mapping[str, Any], *, force: bool = True) -> dict[str, Any]:
         """Server-side apply under our field manager."""

@@ -136,6 +136,10 @@ class MissTracker:
                 found[key] = Miss(pod, decision)
         return found
 
+    def count(self) -> None:
+        """Report the current number of misses (no API call)."""
+        self.report(len(self.judge()))
+
     async def check(self) -> None:
         """Count, report and tell about misses; pokes the loop when the count changes."""
         found = self.judge()

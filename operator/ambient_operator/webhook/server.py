@@ -535,7 +535,8 @@ def register(operator: Operator) -> Webhook:
         webhook.runtime_class_event(type, body)
 
     @kopf.on.event("", "v1", "pods", registry=reg, id="webhook-pods")
-    def webhook_pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+    async def webhook_pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        # On the event loop, where the reconcile's `misses.check` reads what it records.
         misses.observe(type, body)
 
     return webhook

@@ -1,0 +1,508 @@
+"""Shared pieces of the benchmarks run by bench/run_all.py.
+
+- `Watcher`: one watch on a collection; an `Expectation` registered before a
+  write is resolved with the monotonic clock reading at which the first
+  matching watch event arrived, so every latency is what a client of the API
+  server sees.
+- `BenchOperator`: `ambient-operator run` as a subprocess with its own user
+  (so the audit log tells its requests apart), its metrics and its peak RSS.
+- Quantiles, audit-log counting, the istio-system fixtures every benchmark
+  needs, and a description of the machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+from ambient_operator import constants as c
+from ambient_operator.devcluster import LocalCluster, apply_dirs
+
+ROOT = Path(__file__).resolve().parents[1]
+GATEWAY_API = ROOT / ".cache" / "gateway-api" / "v1.6"
+AGENTS_NS = "istio-system"
+OPERATOR_USER = "ambient-operator"
+WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
+Event = tuple[str, dict[str, Any]]
+
+
+# -- numbers -----------------------------------------------------------------------------
+
+
+def quantile(values: Iterable[float], q: float) -> float:
+    """Nearest-rank quantile (q in 0..1) of a non-empty sample."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("quantile of an empty sample")
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    """n, p50, p95, p99, max and mean of a sample (same unit as the sample)."""
+    return {
+        "n": float(len(values)),
+        "p50": quantile(values, 0.50),
+        "p95": quantile(values, 0.95),
+        "p99": quantile(values, 0.99),
+        "max": max(values),
+        "mean": sum(values) / len(values),
+    }
+
+
+# -- waiting -----------------------------------------------------------------------------
+
+
+def wait_until(
+    predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2
+) -> Any:
+    """Poll until `predicate` returns something truthy (exceptions mean "not yet")."""
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while True:
+        try:
+            value = predicate()
+        except Exception as exc:  # retried until the deadline
+            last = exc
+        else:
+            if value:
+                return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}") from last
+        time.sleep(interval)
+
+
+class Expectation:
+    """Resolved by a `Watcher` with the arrival time of the first matching event."""
+
+    def __init__(self, predicate: Callable[[str, dict[str, Any]], bool]) -> None:
+        self.predicate = predicate
+        self.at: float | None = None
+        self.obj: dict[str, Any] | None = None
+        self._done = threading.Event()
+
+    def resolve(self, at: float, obj: dict[str, Any]) -> None:
+        """Record the event (called by the watcher thread)."""
+        self.at, self.obj = at, obj
+        self._done.set()
+
+    def wait(self, timeout: float, what: str = "a watch event") -> float:
+        """The monotonic time the event arrived; TimeoutError if it did not in time."""
+        if not self._done.wait(timeout) or self.at is None:
+            raise TimeoutError(f"no watch event for {what} within {timeout:.0f}s")
+        return self.at
+
+
+class Watcher:
+    """A watch on one collection, kept open (resuming from its resourceVersion)."""
+
+    def __init__(self, list_fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        self.list_fn = list_fn
+        self.args = args
+        self.kwargs = kwargs
+        self._pending: list[Expectation] = []
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._rv = ""
+
+    def start(self, timeout: float = 30.0) -> Watcher:
+        """Start; returns once the first list is done and the watch is about to open."""
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise TimeoutError("watch did not start")
+        return self
+
+    def stop(self) -> None:
+        """Stop at the end of the current watch request (the thread is a daemon)."""
+        self._stop.set()
+
+    def expect(self, predicate: Callable[[str, dict[str, Any]], bool]) -> Expectation:
+        """Register interest in the next event matching `predicate(type, object)`."""
+        exp = Expectation(predicate)
+        with self._lock:
+            self._pending.append(exp)
+        return exp
+
+    def _list(self) -> None:
+        resp = self.list_fn(*self.args, _preload_content=False, **self.kwargs)
+        body = json.loads(resp.data)
+        self._rv = body["metadata"]["resourceVersion"]
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if not self._rv:
+                    self._list()
+                self._ready.set()
+                stream = watch.Watch().stream(
+                    self.list_fn,
+                    *self.args,
+                    resource_version=self._rv,
+                    timeout_seconds=240,
+                    allow_watch_bookmarks=True,
+                    deserialize=False,
+                    **self.kwargs,
+                )
+                for event in stream:
+                    now = time.monotonic()
+                    kind, obj = str(event.get("type")), event.get("object") or {}
+                    if kind == "ERROR":
+                        self._rv = ""  # expired: list again
+                        break
+                    self._rv = obj.get("metadata", {}).get("resourceVersion", self._rv)
+                    if kind != "BOOKMARK":
+                        self._dispatch(now, kind, obj)
+            except ApiException as exc:
+                if exc.status == 410:  # our resourceVersion is too old: list again
+                    self._rv = ""
+                time.sleep(0.2)
+            except Exception:  # a dropped connection: resume where we were
+                time.sleep(0.2)
+
+    def _dispatch(self, now: float, kind: str, obj: dict[str, Any]) -> None:
+        with self._lock:
+            keep = []
+            for exp in self._pending:
+                try:
+                    matched = exp.predicate(kind, obj)
+                except Exception:  # a predicate that cannot read the object: no match
+                    matched = False
+                if matched:
+                    exp.resolve(now, obj)
+                else:
+                    keep.append(exp)
+            self._pending = keep
+
+
+def named(name: str, kind: str | None = None) -> Callable[[str, dict[str, Any]], bool]:
+    """Predicate: an event (of `kind`, when given) about the object called `name`."""
+    return lambda t, o: (kind is None or t == kind) and o["metadata"]["name"] == name
+
+
+# -- the operator ------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class BenchOperator:
+    """`ambient-operator run` as a subprocess, with metrics and peak memory."""
+
+    def __init__(self, cluster: LocalCluster, log_path: Path, extra_args: Iterable[str] = ()):
+        self.kubeconfig = cluster.user_kubeconfig(OPERATOR_USER, ["system:masters"])
+        self.log_path = log_path
+        self.extra_args = list(extra_args)
+        self.metrics_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+        self.peak_rss_kib = 0
+
+    def start(self, extra_args: Iterable[str] = ()) -> None:
+        """Start the process (again); `started_at` is the monotonic time of the spawn."""
+        with self.log_path.open("ab") as log:
+            self.started_at = time.monotonic()
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable, "-m", "ambient_operator.cli", "run",
+                    "--kubeconfig", str(self.kubeconfig),
+                    "--metrics-port", str(self.metrics_port), "--health-port", "0",
+                    "--log-level", "warning",
+                    *self.extra_args, *extra_args,
+                ],
+                stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )  # fmt: skip
+
+    def rss_kib(self) -> int:
+        """VmHWM (peak resident set) of the running process, in KiB; also kept as a max."""
+        if self.proc is None:
+            return self.peak_rss_kib
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    self.peak_rss_kib = max(self.peak_rss_kib, int(line.split()[1]))
+        return self.peak_rss_kib
+
+    def rss_now_kib(self) -> int:
+        """VmRSS (current resident set) of the running process, in KiB (0 if not running)."""
+        if self.proc is None:
+            return 0
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 30 s."""
+        if self.proc is None:
+            return
+        self.rss_kib()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+    def alive(self) -> bool:
+        """Whether the process runs."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def metrics(self) -> dict[str, float]:
+        """The /metrics page as {'name{labels}': value}."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            text = resp.read().decode()
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                out[name] = float(value)
+        return out
+
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of a metric's samples whose labels include `labels` (0 if unreachable)."""
+        try:
+            samples = self.metrics()
+        except OSError:
+            return 0.0
+        total = 0.0
+        for key, value in samples.items():
+            base, _, rest = key.partition("{")
+            if base == name and all(f'{k}="{v}"' in rest for k, v in labels.items()):
+                total += value
+        return total
+
+    def passes(self) -> tuple[float, float]:
+        """(reconcile passes started, finished) of the data-plane controller."""
+        samples = self.metrics()
+        started = samples.get('ambient_operator_reconcile_total{controller="dataplane"}', 0.0)
+        done = samples.get(
+            'ambient_operator_reconcile_duration_seconds_count{controller="dataplane"}', 0.0
+        )
+        return started, done
+
+    def wait_quiet(self, quiet: float = 2.1, timeout: float = 120.0) -> None:
+        """Until no reconcile pass has started or ended for `quiet` seconds.
+
+        The operator spaces passes out under sustained churn (a pass within 2 s
+        of the previous one waits 0.5 s, then 1, 2, up to 5 s), so a change is
+        "isolated" only after 2 quiet seconds.
+        """
+        deadline = time.monotonic() + timeout
+        last = self.passes()
+        changed = time.monotonic()
+        while True:
+            time.sleep(0.1)
+            now_passes = self.passes()
+            now = time.monotonic()
+            if now_passes != last:
+                last, changed = now_passes, now
+            elif now - changed >= quiet and last[0] == last[1]:
+                return
+            if now > deadline:
+                raise TimeoutError(f"operator never quiet for {quiet}s within {timeout}s")
+
+
+# -- the audit log -----------------------------------------------------------------------
+
+
+class Audit:
+    """The API server's audit log (JSON lines), read from byte offsets."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def mark(self) -> int:
+        """An offset: reads after it see only later requests."""
+        return self.path.stat().st_size if self.path.exists() else 0
+
+    def events(
+        self, since: int = 0, until: int | None = None, user: str = OPERATOR_USER
+    ) -> list[dict[str, Any]]:
+        """Completed requests of `user` logged between two marks."""
+        if not self.path.exists():
+            return []
+        with self.path.open("rb") as fh:
+            fh.seek(since)
+            data = fh.read(-1 if until is None else max(0, until - since))
+        out = []
+        for line in data.decode(errors="replace").splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # a line being written right now
+            if (
+                event.get("stage") == "ResponseComplete"
+                and (event.get("user") or {}).get("username") == user
+            ):
+                out.append(event)
+        return out
+
+
+def by_verb(events: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Request counts by audit verb (get, list, watch, create, patch, ...)."""
+    return dict(sorted(Counter(str(e.get("verb")) for e in events).items()))
+
+
+def writes(events: Iterable[Mapping[str, Any]]) -> list[str]:
+    """'verb resource name' of each write request."""
+    out = []
+    for e in events:
+        if e.get("verb") in WRITE_VERBS:
+            ref = e.get("objectRef") or {}
+            sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
+            out.append(f"{e['verb']} {ref.get('resource')}{sub} {ref.get('name', '')}".strip())
+    return out
+
+
+# -- the cluster ---------------------------------------------------------------------------
+
+
+def install_basics(api: client.ApiClient, mesh_spec: Mapping[str, Any] | None = None) -> None:
+    """Our CRDs, Gateway API v1.6, istio-system with istiod, kube-dns, and the AmbientMesh."""
+    apply_dirs(api, [ROOT / "crds", GATEWAY_API], timeout=120)
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    with contextlib.suppress(ApiException):
+        core.create_namespace({"metadata": {"name": AGENTS_NS}})
+    for ns, name, port in ((AGENTS_NS, "istiod", 15012), ("kube-system", "kube-dns", 53)):
+        with contextlib.suppress(ApiException):
+            core.create_namespaced_service(
+                ns,
+                {
+                    "metadata": {"name": name},
+                    "spec": {"selector": {"app": name}, "ports": [{"port": port}]},
+                },
+            )
+    trusted = f"{AGENTS_NS}/ztunnel,{AGENTS_NS}/ztunnel-windows"
+    container = {
+        "name": "discovery",
+        "image": "docker.io/istio/pilot:1.28.0",
+        "env": [{"name": "CA_TRUSTED_NODE_ACCOUNTS", "value": trusted}],
+    }
+    with contextlib.suppress(ApiException):
+        apps.create_namespaced_deployment(
+            AGENTS_NS,
+            {
+                "metadata": {"name": "istiod"},
+                "spec": {
+                    "replicas": 0,  # only its env matters to the operator
+                    "selector": {"matchLabels": {"app": "istiod"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "istiod"}},
+                        "spec": {"containers": [container]},
+                    },
+                },
+            },
+        )
+    client.CustomObjectsApi(api).create_cluster_custom_object(
+        c.API_GROUP,
+        c.API_VERSION,
+        c.PLURAL,
+        {
+            "apiVersion": f"{c.API_GROUP}/{c.API_VERSION}",
+            "kind": c.KIND,
+            "metadata": {"name": c.MESH_NAME},
+            "spec": dict(mesh_spec or {}),
+        },
+    )
+
+
+def get_mesh(api: client.ApiClient) -> dict[str, Any]:
+    """The AmbientMesh `default` as a dict."""
+    obj: dict[str, Any] = client.CustomObjectsApi(api).get_cluster_custom_object(
+        c.API_GROUP, c.API_VERSION, c.PLURAL, c.MESH_NAME
+    )
+    return obj
+
+
+def condition(obj: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """One status condition of an object ({} when absent)."""
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return dict(cond)
+    return {}
+
+
+def current(obj: Mapping[str, Any], kind: str, status: str = "True") -> bool:
+    """The condition has `status` for the object's current generation."""
+    cond = condition(obj, kind)
+    return cond.get("status") == status and cond.get("observedGeneration") == obj["metadata"].get(
+        "generation"
+    )
+
+
+def kube_version(api: client.ApiClient) -> str:
+    """The API server's gitVersion."""
+    info = client.VersionApi(api).get_code()
+    return str(info.git_version)
+
+
+# -- the machine ---------------------------------------------------------------------------
+
+
+def _pinned(folder: str, module: str) -> str:
+    """The version of a control-plane program, from the go.mod it is built from."""
+    with contextlib.suppress(OSError):
+        for line in (ROOT / "hack" / "cluster" / folder / "go.mod").read_text().splitlines():
+            words = line.replace("require", "").split()
+            if len(words) == 2 and words[0] == module:
+                return words[1]
+    return "unknown"
+
+
+def machine(kubernetes: str = "") -> dict[str, str]:
+    """What the numbers were measured on."""
+    cpu_model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    mem_kib = 0
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kib = int(line.split()[1])
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 0
+    return {
+        "nproc": str(cpus),
+        "memory": f"{mem_kib / 1024 / 1024:.1f} GiB",
+        "cpu": cpu_model or platform.processor() or "unknown",
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        # Built from the Go module without version stamps, the API server calls
+        # itself v0.0.0-master; the module version is the truth.
+        "kubernetes": _pinned("kubernetes", "k8s.io/kubernetes")
+        + (f" (the API server says {kubernetes})" if kubernetes.startswith("v1") else ""),
+        "etcd": _pinned("etcd", "go.etcd.io/etcd/server/v3"),
+        "kwok": _pinned("kwok", "sigs.k8s.io/kwok"),
+        "load average at start": ", ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }

@@ -1,0 +1,495 @@
+"""How fast the operator's write follows the write that calls for it (issues 8 and 4).
+
+    .venv/bin/python bench/reaction_latency.py [--trials 200] [--join-trials 50]
+
+Starts a private local control plane with the sample nodes minus the WS2025
+one, an AmbientMesh and `ambient-operator run`, then times, per trial, from
+just before the triggering request to the arrival of the watch event that
+shows the operator's resulting write:
+
+- namespace: `istio.io/dataplane-mode` set to a new invalid value -> the
+  Warning Event `InvalidDataplaneMode` naming that value;
+- gateway: a Gateway of class `ambient-waypoint` (listener mesh 15008 HBONE)
+  created -> its waypoint Deployment;
+- node: a Node joins (linux/s390x, so no agent pod churn follows) -> the
+  AmbientMesh status counting it;
+- node join (issue 4): a WS2025 node joins while no node of that build
+  exists -> the per-build DaemonSet `ztunnel-windows-ltsc2025`.
+
+The floor of each kind is the same client making the same kind of write
+(a namespace label, a Gateway of an unclaimed class, a Node) and waiting
+for the watch event of that write itself, measured right before the
+operator's trial. A second floor, "chain", is a zero-logic reactor in this
+process: it watches ConfigMaps and answers each with a write; it is what any
+controller doing write -> watch -> write -> watch could reach.
+
+Each trial starts only after the operator made no reconcile pass for 2.1 s,
+so every change is an isolated one: under sustained churn the operator
+deliberately spaces passes further apart (up to 5 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+from ambient_operator import constants as c
+from ambient_operator.devcluster import (
+    KWOK_NODE_ANNOTATION,
+    LocalCluster,
+    create_nodes,
+    default_bin_dir,
+    parse_inventory,
+    to_kwok_node,
+)
+from benchlib import (
+    AGENTS_NS,
+    BenchOperator,
+    Watcher,
+    current,
+    get_mesh,
+    install_basics,
+    named,
+    summary,
+    wait_until,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE_NODES = ROOT / "operator/ambient_operator/samples/nodes-mixed.yaml"
+GW_GROUP, GW_VERSION = "gateway.networking.k8s.io", "v1"
+WAYPOINT_CLASS = "ambient-waypoint"
+WS2025_ZTUNNEL = "ztunnel-windows-ltsc2025"
+WS2025_CNI = "istio-cni-node-windows-ltsc2025"
+TIMEOUT = 60.0
+KINDS = ("namespace", "gateway", "node")
+
+
+def base_nodes() -> list[dict[str, Any]]:
+    """The sample mixed inventory without its WS2025 node."""
+    return [
+        n
+        for n in parse_inventory(SAMPLE_NODES.read_text())
+        if (n["metadata"].get("labels") or {}).get(c.LABEL_WINDOWS_BUILD) != c.BUILD_WS2025
+    ]
+
+
+def s390x_node(name: str) -> dict[str, Any]:
+    """A Linux node on an architecture the agents are not built for (no DaemonSet pod).
+
+    Not handed to kwok: nothing needs to run there.
+    """
+    body = to_kwok_node(
+        {
+            "metadata": {"name": name, "labels": {c.LABEL_OS: "linux", c.LABEL_ARCH: "s390x"}},
+            "status": {"nodeInfo": {"kernelVersion": "6.8.0"}},
+        }
+    )
+    del body["metadata"]["annotations"][KWOK_NODE_ANNOTATION]
+    return body
+
+
+def ws2025_node(name: str) -> dict[str, Any]:
+    """A WS2025 kwok node, created in one request (status and kwok annotation included)."""
+    return to_kwok_node(
+        {
+            "metadata": {
+                "name": name,
+                "labels": {
+                    c.LABEL_OS: "windows",
+                    c.LABEL_ARCH: "amd64",
+                    c.LABEL_WINDOWS_BUILD: c.BUILD_WS2025,
+                },
+            },
+            "spec": {"taints": [{"key": "os", "value": "windows", "effect": "NoSchedule"}]},
+            "status": {
+                "nodeInfo": {
+                    "operatingSystem": "windows",
+                    "architecture": "amd64",
+                    "kernelVersion": "10.0.26100.2314",
+                    "osImage": "Windows Server 2025 Datacenter",
+                }
+            },
+        }
+    )
+
+
+def gateway(name: str, class_name: str = WAYPOINT_CLASS) -> dict[str, Any]:
+    """A waypoint Gateway with the one valid listener."""
+    return {
+        "apiVersion": f"{GW_GROUP}/{GW_VERSION}",
+        "kind": "Gateway",
+        "metadata": {"name": name},
+        "spec": {
+            "gatewayClassName": class_name,
+            "listeners": [{"name": "mesh", "port": c.PORT_HBONE, "protocol": "HBONE"}],
+        },
+    }
+
+
+class Reactor:
+    """The chain floor: answers each ConfigMap `ping-N` with a ConfigMap `pong-N`."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.core = client.CoreV1Api(api)
+        self.namespace = namespace
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> Reactor:
+        """Start reacting; returns when the watch is about to open."""
+        self._thread.start()
+        self._ready.wait(30)
+        return self
+
+    def stop(self) -> None:
+        """Stop after the current watch request."""
+        self._stop.set()
+
+    def _run(self) -> None:
+        selector = "bench/role=ping"
+        listed = self.core.list_namespaced_config_map(
+            self.namespace, label_selector=selector, _preload_content=False
+        )
+        rv = json.loads(listed.data)["metadata"]["resourceVersion"]
+        self._ready.set()
+        while not self._stop.is_set():
+            stream = watch.Watch().stream(
+                self.core.list_namespaced_config_map,
+                self.namespace,
+                label_selector=selector,
+                resource_version=rv,
+                timeout_seconds=240,
+                deserialize=False,
+            )
+            for event in stream:
+                obj = event["object"]
+                rv = obj["metadata"]["resourceVersion"]
+                if event["type"] == "ADDED":
+                    number = obj["metadata"]["name"].removeprefix("ping-")
+                    with contextlib.suppress(ApiException):
+                        self.core.create_namespaced_config_map(
+                            self.namespace,
+                            {
+                                "metadata": {
+                                    "name": f"pong-{number}",
+                                    "labels": {"bench/role": "pong"},
+                                }
+                            },
+                        )
+
+
+def _unsupported(mesh: dict[str, Any]) -> set[str]:
+    nodes = (mesh.get("status") or {}).get("nodes") or {}
+    return {n["name"] for n in nodes.get("unsupportedNodes") or []}
+
+
+def _timed(write: Callable[[], Any], arrival: Callable[[], float]) -> float:
+    started = time.monotonic()
+    write()
+    return arrival() - started
+
+
+class ReactionBench:
+    """Watches and namespaces of the reaction-latency trials on one cluster."""
+
+    def __init__(self, api: client.ApiClient, op: BenchOperator) -> None:
+        self.api = api
+        self.op = op
+        self.core = client.CoreV1Api(api)
+        self.apps = client.AppsV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.samples: dict[str, list[float]] = {}
+        for kind in KINDS:
+            self.samples[kind] = []
+            self.samples[f"{kind} floor"] = []
+        self.samples["chain floor"] = []
+        for ns in ("bench-react", "bench-floor", "bench-gw", "bench-gw-floor", "bench-chain"):
+            self.core.create_namespace({"metadata": {"name": ns}})
+        self.watch_events = Watcher(
+            self.core.list_namespaced_event,
+            "default",
+            field_selector="involvedObject.kind=Namespace",
+        ).start()
+        self.watch_namespaces = Watcher(self.core.list_namespace).start()
+        self.watch_deployments = Watcher(self.apps.list_namespaced_deployment, "bench-gw").start()
+        self.watch_gateways = Watcher(
+            self.custom.list_namespaced_custom_object,
+            GW_GROUP,
+            GW_VERSION,
+            "bench-gw-floor",
+            "gateways",
+        ).start()
+        self.watch_nodes = Watcher(self.core.list_node).start()
+        self.watch_mesh = Watcher(
+            self.custom.list_cluster_custom_object, c.API_GROUP, c.API_VERSION, c.PLURAL
+        ).start()
+        self.watch_pongs = Watcher(
+            self.core.list_namespaced_config_map, "bench-chain", label_selector="bench/role=pong"
+        ).start()
+        self.reactor = Reactor(api, "bench-chain").start()
+        self.trial = 0
+
+    def close(self) -> None:
+        """Stop the watches and remove what the trials created."""
+        self.reactor.stop()
+        for w in (
+            self.watch_events,
+            self.watch_namespaces,
+            self.watch_deployments,
+            self.watch_gateways,
+            self.watch_nodes,
+            self.watch_mesh,
+            self.watch_pongs,
+        ):
+            w.stop()
+        for ns in ("bench-react", "bench-floor", "bench-gw", "bench-gw-floor", "bench-chain"):
+            with contextlib.suppress(ApiException):
+                self.core.delete_namespace(ns)
+
+    # -- one trial of each kind ------------------------------------------------------------
+    def namespace(self, i: int) -> None:
+        """Floor: a label on a namespace; operator: the Warning Event for a bad label."""
+        floor = self.watch_namespaces.expect(
+            lambda _t, o: (
+                o["metadata"]["name"] == "bench-floor"
+                and (o["metadata"].get("labels") or {}).get("bench/value") == f"v{i}"
+            )
+        )
+        self.samples["namespace floor"].append(
+            _timed(
+                lambda: self.core.patch_namespace(
+                    "bench-floor", {"metadata": {"labels": {"bench/value": f"v{i}"}}}
+                ),
+                lambda: floor.wait(TIMEOUT, "the floor namespace label"),
+            )
+        )
+        event = self.watch_events.expect(
+            lambda _t, o: (
+                o["involvedObject"]["name"] == "bench-react"
+                and o["reason"] == "InvalidDataplaneMode"
+                and f"'bad-{i}'" in o["message"]
+            )
+        )
+        self.samples["namespace"].append(
+            _timed(
+                lambda: self.core.patch_namespace(
+                    "bench-react", {"metadata": {"labels": {c.LABEL_DATAPLANE_MODE: f"bad-{i}"}}}
+                ),
+                lambda: event.wait(TIMEOUT, "the InvalidDataplaneMode Event"),
+            )
+        )
+
+    def gateway(self, i: int) -> None:
+        """Floor: a Gateway nobody serves; operator: the waypoint Deployment of ours."""
+        floor = self.watch_gateways.expect(named(f"floor-{i}", "ADDED"))
+        self.samples["gateway floor"].append(
+            _timed(
+                lambda: self.custom.create_namespaced_custom_object(
+                    GW_GROUP,
+                    GW_VERSION,
+                    "bench-gw-floor",
+                    "gateways",
+                    gateway(f"floor-{i}", "bench-unclaimed"),
+                ),
+                lambda: floor.wait(TIMEOUT, "the floor Gateway"),
+            )
+        )
+        deployment = self.watch_deployments.expect(named(f"wp-{i}", "ADDED"))
+        self.samples["gateway"].append(
+            _timed(
+                lambda: self.custom.create_namespaced_custom_object(
+                    GW_GROUP, GW_VERSION, "bench-gw", "gateways", gateway(f"wp-{i}")
+                ),
+                lambda: deployment.wait(TIMEOUT, f"Deployment wp-{i}"),
+            )
+        )
+
+    def node(self, i: int) -> None:
+        """Floor: a Node created (and removed); operator: the status listing the new node.
+
+        An s390x node is unsupported, so the status names it in unsupportedNodes;
+        waiting for its name (not a count) cannot be fooled by the floor's node.
+        """
+        floor_name, name = f"floor-node-{i}", f"joining-{i}"
+        floor = self.watch_nodes.expect(named(floor_name, "ADDED"))
+        self.samples["node floor"].append(
+            _timed(
+                lambda: self.core.create_node(s390x_node(floor_name)),
+                lambda: floor.wait(TIMEOUT, "the floor Node"),
+            )
+        )
+        self.core.delete_node(floor_name)
+        counted = self.watch_mesh.expect(lambda _t, o: name in _unsupported(o))
+        self.samples["node"].append(
+            _timed(
+                lambda: self.core.create_node(s390x_node(name)),
+                lambda: counted.wait(TIMEOUT, "the AmbientMesh status to list the node"),
+            )
+        )
+        gone = self.watch_mesh.expect(
+            lambda _t, o: name not in _unsupported(o) and floor_name not in _unsupported(o)
+        )
+        self.core.delete_node(name)
+        gone.wait(TIMEOUT, "the AmbientMesh status to drop the node")
+
+    def chain(self, i: int) -> None:
+        """Floor: write -> watch -> write -> watch with no logic in between."""
+        pong = self.watch_pongs.expect(named(f"pong-{i}", "ADDED"))
+        self.samples["chain floor"].append(
+            _timed(
+                lambda: self.core.create_namespaced_config_map(
+                    "bench-chain",
+                    {"metadata": {"name": f"ping-{i}", "labels": {"bench/role": "ping"}}},
+                ),
+                lambda: pong.wait(TIMEOUT, f"pong-{i}"),
+            )
+        )
+
+    def run(self, trials: int, progress: Callable[[str], None]) -> dict[str, list[float]]:
+        """`trials` isolated trials of each kind, interleaved."""
+        trial_of = {"namespace": self.namespace, "gateway": self.gateway, "node": self.node}
+        for n in range(trials):
+            i = self.trial
+            self.trial += 1
+            self.chain(i)
+            # Rotate the order so no kind always follows the same one.
+            for k in range(len(KINDS)):
+                kind = KINDS[(i + k) % len(KINDS)]
+                self.op.wait_quiet()
+                trial_of[kind](i)
+            if (n + 1) % 20 == 0 or n + 1 == trials:
+                p50 = {k: round(summary(self.samples[k])["p50"] * 1000) for k in KINDS}
+                progress(f"reaction: {n + 1}/{trials} trials, p50 ms {p50}")
+        return self.samples
+
+
+def node_join(
+    api: client.ApiClient, op: BenchOperator, trials: int, progress: Callable[[str], None]
+) -> dict[str, list[float]]:
+    """Seconds from a WS2025 node's create to its DaemonSets (none existed before)."""
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    daemonsets = Watcher(apps.list_namespaced_daemon_set, AGENTS_NS).start()
+    samples: dict[str, list[float]] = {
+        "ztunnel": [],
+        "istio-cni": [],
+        "desired=1": [],
+        "create request": [],
+    }
+    try:
+        for i in range(trials):
+            op.wait_quiet()
+            if apps.list_namespaced_daemon_set(
+                AGENTS_NS, field_selector=f"metadata.name={WS2025_ZTUNNEL}"
+            ).items:
+                raise RuntimeError(f"{WS2025_ZTUNNEL} exists before the trial")
+            name = f"ws2025-join-{i}"
+            ztunnel = daemonsets.expect(named(WS2025_ZTUNNEL, "ADDED"))
+            cni = daemonsets.expect(named(WS2025_CNI, "ADDED"))
+            scheduled = daemonsets.expect(
+                lambda _t, o: (
+                    o["metadata"]["name"] == WS2025_ZTUNNEL
+                    and (o.get("status") or {}).get("desiredNumberScheduled") == 1
+                )
+            )
+            started = time.monotonic()
+            core.create_node(ws2025_node(name))
+            samples["create request"].append(time.monotonic() - started)
+            samples["ztunnel"].append(ztunnel.wait(TIMEOUT, WS2025_ZTUNNEL) - started)
+            samples["istio-cni"].append(cni.wait(TIMEOUT, WS2025_CNI) - started)
+            samples["desired=1"].append(
+                scheduled.wait(TIMEOUT, "desiredNumberScheduled=1") - started
+            )
+            pruned = daemonsets.expect(named(WS2025_ZTUNNEL, "DELETED"))
+            core.delete_node(name)
+            pruned.wait(TIMEOUT, f"{WS2025_ZTUNNEL} pruned after the node left")
+            if (i + 1) % 10 == 0 or i + 1 == trials:
+                p50 = summary(samples["ztunnel"])["p50"] * 1000
+                progress(f"node join: {i + 1}/{trials} trials, p50 {p50:.0f} ms")
+    finally:
+        daemonsets.stop()
+    return samples
+
+
+def prepare(cluster: LocalCluster, api: client.ApiClient, workdir: Path) -> BenchOperator:
+    """Nodes, CRDs, istiod, the AmbientMesh and a running operator whose mesh is Ready."""
+    create_nodes(api, base_nodes(), timeout=120)
+    install_basics(api)
+    op = BenchOperator(cluster, workdir / "operator-reaction.log")
+    op.start()
+    wait_until(lambda: current(get_mesh(api), "Ready"), 180, "AmbientMesh Ready=True")
+    wait_until(
+        lambda: any(
+            current(gc, "Accepted")
+            for gc in client.CustomObjectsApi(api)
+            .list_cluster_custom_object(GW_GROUP, GW_VERSION, "gatewayclasses")
+            .get("items", [])
+            if gc["metadata"]["name"] == WAYPOINT_CLASS
+        ),
+        60,
+        f"GatewayClass {WAYPOINT_CLASS} Accepted",
+    )
+    return op
+
+
+def measure(
+    cluster: LocalCluster,
+    api: client.ApiClient,
+    workdir: Path,
+    trials: int,
+    join_trials: int,
+    progress: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Both benchmarks on one cluster; samples in seconds."""
+    op = prepare(cluster, api, workdir)
+    try:
+        # Warm up every path once (template compilation, first connections).
+        bench = ReactionBench(api, op)
+        try:
+            bench.run(1, lambda _msg: None)
+            for values in bench.samples.values():
+                values.clear()
+            reaction = bench.run(trials, progress)
+        finally:
+            bench.close()
+        join = node_join(api, op, join_trials, progress)
+        alive = op.alive()
+    finally:
+        op.stop()
+    return {"reaction": reaction, "join": join, "operator_survived": alive}
+
+
+def main() -> int:
+    """Run both benchmarks on a private cluster and print their quantiles."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--join-trials", type=int, default=50)
+    args = parser.parse_args()
+    with (
+        tempfile.TemporaryDirectory(prefix="reaction-bench-") as tmp,
+        LocalCluster(Path(tmp) / "cluster", bin_dir=default_bin_dir(), verbose=False) as cluster,
+        cluster.api_client() as api,
+    ):
+        result = measure(cluster, api, Path(tmp), args.trials, args.join_trials)
+    for group in ("reaction", "join"):
+        for name, values in result[group].items():
+            s = summary(values)
+            print(
+                f"{group:9} {name:16} n={len(values):4} p50 {s['p50'] * 1000:7.1f} ms  "
+                f"p95 {s['p95'] * 1000:7.1f} ms  p99 {s['p99'] * 1000:7.1f} ms"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,157 @@
+"""The pure half of bench/run_all.py: figures, table, charts and document from results.
+
+A real `make bench` takes the better part of an hour and `--quick` minutes,
+so here synthetic results stand in for measured ones; what is checked is
+behaviour (what gets written, which targets count as met), never seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import run_all  # noqa: E402
+
+
+def _sample(center: float, n: int, rng: random.Random) -> list[float]:
+    return [center * rng.uniform(0.8, 1.2) for _ in range(n)]
+
+
+def _results(reaction_ms: float = 250.0, rss_kib: float = 150 * 1024) -> dict[str, Any]:
+    rng = random.Random(1)
+    reaction = {
+        kind: _sample(reaction_ms / 1000, 20, rng) for kind in ("namespace", "gateway", "node")
+    }
+    reaction |= {
+        f"{kind} floor": _sample(0.010, 20, rng) for kind in ("namespace", "gateway", "node")
+    }
+    reaction["chain floor"] = _sample(0.030, 20, rng)
+    return {
+        "quick": True,
+        "started": "2026-01-01 00:00 UTC",
+        "finished": "2026-01-01 00:10 UTC",
+        "machine": {"nproc": "2", "memory": "24.0 GiB", "cpu": "Test CPU", "kubernetes": "v1.37.0"},
+        "durations": {"reaction": 60.0, "scale": 120.0},
+        "reaction": {
+            "reaction": reaction,
+            "join": {
+                "ztunnel": _sample(0.5, 5, rng),
+                "istio-cni": _sample(0.48, 5, rng),
+                "desired=1": _sample(0.6, 5, rng),
+            },
+            "operator_survived": True,
+        },
+        "scale": {
+            "scale": {"nodes": 50, "namespaces": 100, "waypoints": 20, "pods": 300},
+            "populate_s": 8.0,
+            "agent_pods": 90,
+            "cpu_s": 3.8,
+            "rss_converged_kib": rss_kib,
+            "rss_peak_first_kib": rss_kib,
+            "rss_peak_kib": rss_kib,
+            "milestones": {
+                "status counts every node": 5.2,
+                "every DaemonSet applied": 5.4,
+                "AmbientMesh Ready=True": 13.2,
+                "every Gateway Programmed=True": 13.2,
+                "converged": 13.2,
+            },
+            "requests": {"create": 17, "get": 31, "list": 37, "patch": 119},
+            "writes_by_resource": {"create events": 17, "patch daemonsets": 6},
+            "noop_requests": {"get": 26, "list": 36},
+            "noop_writes": [],
+            "operator_survived": True,
+        },
+        "webhook": {"error": "RuntimeError: the cluster did not start"},
+        "waypoints": {"one at a time": {"programmed": _sample(1.0, 5, rng)}},
+        "render": {
+            "nodes": 5000,
+            "runs": 3,
+            "render_ms": 50.0,
+            "facts_ms": 45.0,
+            "objects": 14,
+            "daemonsets": 6,
+            "unsupported": 81,
+        },
+    }
+
+
+def test_quantile_is_nearest_rank() -> None:
+    values = [float(x) for x in range(1, 101)]
+    assert run_all.quantile(values, 0.5) in (50.0, 51.0)
+    assert run_all.quantile(values, 0.99) == 99.0
+    assert run_all.quantile([3.0], 0.95) == 3.0
+
+
+def test_targets_are_judged_from_the_numbers() -> None:
+    rows = {(r.section, r.name.split(":")[0], r.target): r for r in run_all.figures(_results())}
+    by_target = [r for r in rows.values() if r.target]
+    assert all(r.met is not None for r in by_target)
+    ratio = next(r for r in by_target if "floor p50" in r.name and "Warning Event" in r.name)
+    assert ratio.met is False  # 250 ms against a 10 ms floor
+    join = next(r for r in by_target if "DaemonSet exists" in r.name)
+    assert join.met is True
+    noop = next(r for r in by_target if "no-op" in r.name)
+    assert noop.met is True and noop.value == "0"
+    # A failed part is reported as such, never silently left out.
+    webhook = [r for r in run_all.figures(_results()) if r.section == "Webhook"]
+    assert webhook and "not measured" in webhook[0].value and webhook[0].met is False
+
+    fast = run_all.figures(_results(reaction_ms=15.0, rss_kib=400 * 1024))
+    assert next(r for r in fast if "floor p50" in r.name and "Gateway" in r.name).met is True
+    rss = [r for r in fast if "RSS" in r.name]
+    assert rss and all(r.met is False for r in rss)
+
+
+def test_outputs_are_written(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    out, doc = tmp_path / "out", tmp_path / "docs" / "performance.md"
+    written = run_all.write_outputs(_results(), out, doc)
+
+    assert doc in written and doc.is_file()
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["machine"]["cpu"] == "Test CPU"
+    charts = {p.name for p in written if p.suffix == ".png"}
+    assert {
+        "reaction-namespace.png",
+        "reaction-gateway.png",
+        "reaction-node.png",
+        "node-join.png",
+        "waypoint-programmed.png",
+        "scale-milestones.png",
+    } <= charts
+    assert "webhook.png" not in charts  # its part failed: nothing to draw
+    for name in charts:
+        assert (out / name).read_bytes().startswith(b"\x89PNG")
+
+    text = doc.read_text()
+    assert text.startswith("# Performance")
+    assert "| nproc | 2 |" in text and "v1.37.0" in text
+    assert "| | figure | value | target | met |" in text
+    assert "**no**" in text  # the missed reaction target is shown, not hidden
+    assert "What limits it" in text
+    assert "Not measured: RuntimeError" in text
+    for heading in ("Reaction latency", "Node join", "Scale", "Webhook", "Render"):
+        assert f"### {heading}" in text
+
+
+def test_saved_results_can_be_rendered_again(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    saved = tmp_path / "results.json"
+    saved.write_text(json.dumps(_results()))
+    doc = tmp_path / "again.md"
+    assert (
+        run_all.main(
+            ["--from-results", str(saved), "--out", str(tmp_path / "o"), "--doc", str(doc)]
+        )
+        == 0
+    )
+    assert "## Summary" in doc.read_text()
