@@ -307,7 +307,7 @@ def test_restart_keeps_data(cluster: LocalCluster, k8s: client.ApiClient, namesp
 
 def test_start_failure_reports_log_tail_and_cleans_up(tmp_path: Path) -> None:
     if not binaries_present():
-        pytest.skip(f"control-plane binaries missing in {BIN_DIR}")
+        pytest.fail(f"control-plane binaries missing in {BIN_DIR}")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name in BINARIES:
@@ -350,7 +350,7 @@ _CHILD = textwrap.dedent(
 )
 def test_no_component_survives_its_parent(tmp_path: Path, sig: signal.Signals) -> None:
     if not binaries_present():
-        pytest.skip(f"control-plane binaries missing in {BIN_DIR}")
+        pytest.fail(f"control-plane binaries missing in {BIN_DIR}")
     with (tmp_path / "child.log").open("wb") as log:
         parent = subprocess.Popen(
             [sys.executable, "-c", _CHILD, str(tmp_path), str(BIN_DIR)],
@@ -383,7 +383,7 @@ def test_no_component_survives_its_parent(tmp_path: Path, sig: signal.Signals) -
 
 def test_cli_up_and_down(tmp_path: Path) -> None:
     if not binaries_present():
-        pytest.skip(f"control-plane binaries missing in {BIN_DIR}")
+        pytest.fail(f"control-plane binaries missing in {BIN_DIR}")
     state = tmp_path / "state"
     crd_dir = tmp_path / "crds"
     crd_dir.mkdir()

@@ -59,10 +59,10 @@ TIMEOUT = 60.0
 def wp_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A control plane of our own with the sample nodes, an open Windows node and v1.4 CRDs."""
     if not binaries_present():
-        pytest.skip(f"control-plane binaries missing in {BIN_DIR}; run hack/build-binaries.sh")
+        pytest.fail(f"control-plane binaries missing in {BIN_DIR}; run hack/build-binaries.sh")
     folder = ROOT / ".cache" / "gateway-api" / "v1.4"
     if not folder.is_dir():
-        pytest.skip(f"{folder} missing; run hack/build-binaries.sh")
+        pytest.fail(f"{folder} missing; run hack/build-binaries.sh")
     with LocalCluster(tmp_path_factory.mktemp("waypoint-cluster"), bin_dir=BIN_DIR) as local:
         with local.api_client() as api:
             apply_dirs(api, [ROOT / "crds", folder], timeout=60)
@@ -110,7 +110,7 @@ def gateway_api(
     version: str = request.param
     folder = ROOT / ".cache" / "gateway-api" / version
     if not folder.is_dir():
-        pytest.skip(f"{folder} missing; run hack/build-binaries.sh")
+        pytest.fail(f"{folder} missing; run hack/build-binaries.sh")
     apply_dirs(api, [folder], timeout=60)
     crd = client.ApiextensionsV1Api(api).read_custom_resource_definition(f"gateways.{GW_GROUP}")
     bundle = crd.metadata.annotations["gateway.networking.k8s.io/bundle-version"]
