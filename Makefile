@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 NODES ?= operator/ambient_operator/samples/nodes-mixed.yaml
 CLUSTER_STATE ?= .cache/cluster
 
-.PHONY: all venv bins lint typecheck unit test demo cluster-up cluster-down crd docs bench clean
+.PHONY: all venv bins lint typecheck test demo cluster-up cluster-down crd docs bench clean
 
 all: test
 
