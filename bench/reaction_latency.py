@@ -374,8 +374,18 @@ class ReactionBench:
         return self.samples
 
 
+# The operator's loop is idle (waiting for a change) only once it made no pass for
+# longer than its longest spacing gap (5 s): a stray event shortly after a pass puts
+# it to sleep for that gap, and a change arriving then waits for the gap's end.
+IDLE_QUIET_SECONDS = 5.2
+
+
 def node_join(
-    api: client.ApiClient, op: BenchOperator, trials: int, progress: Callable[[str], None]
+    api: client.ApiClient,
+    op: BenchOperator,
+    trials: int,
+    progress: Callable[[str], None],
+    quiet: float = IDLE_QUIET_SECONDS,
 ) -> dict[str, list[float]]:
     """Seconds from a WS2025 node's create to its DaemonSets (none existed before)."""
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
@@ -385,10 +395,11 @@ def node_join(
         "istio-cni": [],
         "desired=1": [],
         "create request": [],
+        "quiet": [quiet],
     }
     try:
         for i in range(trials):
-            op.wait_quiet()
+            op.wait_quiet(quiet)
             if apps.list_namespaced_daemon_set(
                 AGENTS_NS, field_selector=f"metadata.name={WS2025_ZTUNNEL}"
             ).items:
