@@ -23,6 +23,7 @@ bins:
 
 lint: venv
 	$(VENV)/bin/ruff check operator tests bench hack
+	$(VENV)/bin/ruff format --check operator tests bench hack
 
 typecheck: venv
 	$(VENV)/bin/mypy

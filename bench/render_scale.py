@@ -42,17 +42,29 @@ def inventory(count: int, seed: int = 7) -> list[dict[str, Any]]:
     for i in range(count):
         os_name, arch, build = rng.choices(kinds, weights)[0]
         name = f"{os_name}-{arch}-{i:05d}"
-        labels = {c.LABEL_OS: os_name, c.LABEL_ARCH: arch, c.LABEL_HOSTNAME: name,
-                  "topology.kubernetes.io/zone": f"zone-{i % 3}"}
-        info = {"operatingSystem": os_name, "architecture": arch,
-                "kernelVersion": f"{build}.2762" if build else "6.8.0-1021-azure"}
+        labels = {
+            c.LABEL_OS: os_name,
+            c.LABEL_ARCH: arch,
+            c.LABEL_HOSTNAME: name,
+            "topology.kubernetes.io/zone": f"zone-{i % 3}",
+        }
+        info = {
+            "operatingSystem": os_name,
+            "architecture": arch,
+            "kernelVersion": f"{build}.2762" if build else "6.8.0-1021-azure",
+        }
         taints = []
         if os_name == "windows":
             taints.append({"key": "os", "value": "windows", "effect": "NoSchedule"})
             if rng.random() >= UNLABELED_SHARE:
                 labels[c.LABEL_WINDOWS_BUILD] = str(build)
-        nodes.append({"metadata": {"name": name, "labels": labels},
-                      "spec": {"taints": taints}, "status": {"nodeInfo": info}})
+        nodes.append(
+            {
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"taints": taints},
+                "status": {"nodeInfo": info},
+            }
+        )
     return nodes
 
 
@@ -93,8 +105,10 @@ def main() -> None:
 
     m = measure(args.nodes, args.runs)
     print(f"nodes: {args.nodes} ({m['unlabeled_windows']} Windows nodes without the build label)")
-    print(f"objects: {m['objects']}, daemonsets: {m['daemonsets']}, "
-          f"unsupported nodes: {m['unsupported']}")
+    print(
+        f"objects: {m['objects']}, daemonsets: {m['daemonsets']}, "
+        f"unsupported nodes: {m['unsupported']}"
+    )
     print(f"render_dataplane: median {m['render_ms']:.1f} ms over {args.runs} runs")
     print(f"NodeFacts.from_node x{args.nodes}: median {m['facts_ms']:.1f} ms over {args.runs} runs")
 

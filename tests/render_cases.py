@@ -78,7 +78,8 @@ def summary(result: RenderResult) -> str:
         for d in result.daemonsets
     ]
     lines += [
-        f"node {v.node}: {v.reason}: {v.message}" if not v.supported
+        f"node {v.node}: {v.reason}: {v.message}"
+        if not v.supported
         else f"node {v.node}: {v.platform}"
         for v in result.verdicts
     ]

@@ -21,8 +21,17 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 
 
 def test_renders_the_sample_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(capsys, "--mesh", str(SAMPLE_MESH), "--nodes", str(SAMPLE_NODES),
-                         "--istiod-ip", "10.96.0.20", "--dns-ip", "10.96.0.10")
+    code, out, err = run(
+        capsys,
+        "--mesh",
+        str(SAMPLE_MESH),
+        "--nodes",
+        str(SAMPLE_NODES),
+        "--istiod-ip",
+        "10.96.0.20",
+        "--dns-ip",
+        "10.96.0.10",
+    )
     assert code == 0
     docs = list(yaml.safe_load_all(out))
     assert out.startswith("---\n")
@@ -51,10 +60,14 @@ def test_only_ws2019_nodes_warn_and_get_no_windows_agent(
 ) -> None:
     code, out, err = run(capsys, "--nodes", str(INVENTORIES / "ws2019-only.yaml"))
     assert code == 0
-    assert "windows" not in {d["spec"]["template"]["spec"]["os"]["name"]
-                             for d in yaml.safe_load_all(out) if d["kind"] == "DaemonSet"}
+    assert "windows" not in {
+        d["spec"]["template"]["spec"]["os"]["name"]
+        for d in yaml.safe_load_all(out)
+        if d["kind"] == "DaemonSet"
+    }
     assert [line.split(":")[1].strip() for line in err.splitlines()] == [
-        "node win2019-1", "node win2019-2"
+        "node win2019-1",
+        "node win2019-2",
     ]
 
 
@@ -70,8 +83,15 @@ def test_defaults_without_any_file(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys)
     assert code == 0 and err == ""
     names = [d["metadata"]["name"] for d in yaml.safe_load_all(out)]
-    assert names == ["istio-cni", "ztunnel", "istio-cni", "istio-cni", "istio-cni-config",
-                     "istio-cni-node", "ztunnel"]
+    assert names == [
+        "istio-cni",
+        "ztunnel",
+        "istio-cni",
+        "istio-cni",
+        "istio-cni-config",
+        "istio-cni-node",
+        "ztunnel",
+    ]
 
 
 def test_nodes_as_multi_document_yaml(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -99,37 +119,88 @@ GOOD_MESH = SAMPLE_MESH.read_text()
         ("mesh-empty", "", None, "expected one AmbientMesh document, found 0"),
         ("mesh-two-docs", GOOD_MESH + "---\n" + GOOD_MESH, None, "found 2"),
         ("mesh-scalar", "just text\n", None, "expected a mapping, got str"),
-        ("mesh-wrong-kind", "apiVersion: v1\nkind: ConfigMap\n", None,
-         "kind: expected AmbientMesh, got 'ConfigMap'"),
-        ("mesh-wrong-version", "apiVersion: ambientoperator.io/v1\nkind: AmbientMesh\n", None,
-         "apiVersion: expected ambientoperator.io/v1alpha1"),
-        ("mesh-bad-surge", GOOD_MESH.replace("maxSurge: 1", "maxSurge: lots"), None,
-         "spec.ztunnel.rollout.maxSurge: 'lots' is neither a count nor a percentage"),
-        ("mesh-rollout-rule", GOOD_MESH.replace("maxUnavailable: 0", "maxUnavailable: 2"), None,
-         "spec.ztunnel.rollout.maxSurge: maxSurge must be zero when maxUnavailable is not"),
-        ("mesh-unknown-field", GOOD_MESH.replace("logLevel: info", "logLevl: info"), None,
-         "spec.logLevl: unknown field"),
-        ("mesh-bad-build", GOOD_MESH.replace("enabled: true\n      # Unset",
-                                             "builds: ['10.0.17763']\n      # Unset"), None,
-         "spec.platforms.windows.builds[0]: Input should be '10.0.20348' or '10.0.26100'"),
-        ("mesh-bad-quantity", GOOD_MESH.replace("cpu: 200m", "cpu: -1"), None,
-         "spec.ztunnel.resources.requests.cpu: '-1' is not a non-negative Kubernetes quantity"),
-        ("mesh-wrong-name", GOOD_MESH.replace("name: default", "name: mine"), None,
-         "metadata.name: an AmbientMesh must be named 'default'"),
+        (
+            "mesh-wrong-kind",
+            "apiVersion: v1\nkind: ConfigMap\n",
+            None,
+            "kind: expected AmbientMesh, got 'ConfigMap'",
+        ),
+        (
+            "mesh-wrong-version",
+            "apiVersion: ambientoperator.io/v1\nkind: AmbientMesh\n",
+            None,
+            "apiVersion: expected ambientoperator.io/v1alpha1",
+        ),
+        (
+            "mesh-bad-surge",
+            GOOD_MESH.replace("maxSurge: 1", "maxSurge: lots"),
+            None,
+            "spec.ztunnel.rollout.maxSurge: 'lots' is neither a count nor a percentage",
+        ),
+        (
+            "mesh-rollout-rule",
+            GOOD_MESH.replace("maxUnavailable: 0", "maxUnavailable: 2"),
+            None,
+            "spec.ztunnel.rollout.maxSurge: maxSurge must be zero when maxUnavailable is not",
+        ),
+        (
+            "mesh-unknown-field",
+            GOOD_MESH.replace("logLevel: info", "logLevl: info"),
+            None,
+            "spec.logLevl: unknown field",
+        ),
+        (
+            "mesh-bad-build",
+            GOOD_MESH.replace(
+                "enabled: true\n      # Unset", "builds: ['10.0.17763']\n      # Unset"
+            ),
+            None,
+            "spec.platforms.windows.builds[0]: Input should be '10.0.20348' or '10.0.26100'",
+        ),
+        (
+            "mesh-bad-quantity",
+            GOOD_MESH.replace("cpu: 200m", "cpu: -1"),
+            None,
+            "spec.ztunnel.resources.requests.cpu: '-1' is not a non-negative Kubernetes quantity",
+        ),
+        (
+            "mesh-wrong-name",
+            GOOD_MESH.replace("name: default", "name: mine"),
+            None,
+            "metadata.name: an AmbientMesh must be named 'default'",
+        ),
         ("nodes-missing", GOOD_MESH, None, "cannot read"),
         ("nodes-bad-yaml", GOOD_MESH, "items:\n  - {a: b\n", "invalid YAML"),
-        ("nodes-wrong-kind", GOOD_MESH, "apiVersion: apps/v1\nkind: Deployment\n",
-         "kind: expected Node, NodeList or List, got 'Deployment'"),
-        ("nodes-wrong-item", GOOD_MESH,
-         "kind: List\nitems:\n- {kind: Node, metadata: {name: a}}\n- {kind: Pod}\n",
-         "items[1].kind: expected Node, got 'Pod'"),
-        ("nodes-nameless", GOOD_MESH, "kind: List\nitems:\n- {kind: Node, metadata: {}}\n",
-         "items[0].metadata.name: a Node needs a name"),
-        ("nodes-bad-taints", GOOD_MESH,
-         "kind: Node\nmetadata: {name: a}\nspec: {taints: oops}\n", "spec.taints: expected a list"),
-        ("nodes-duplicate", GOOD_MESH,
-         "kind: Node\nmetadata: {name: a}\n---\nkind: Node\nmetadata: {name: a}\n",
-         "documents[1].metadata.name: duplicate node 'a'"),
+        (
+            "nodes-wrong-kind",
+            GOOD_MESH,
+            "apiVersion: apps/v1\nkind: Deployment\n",
+            "kind: expected Node, NodeList or List, got 'Deployment'",
+        ),
+        (
+            "nodes-wrong-item",
+            GOOD_MESH,
+            "kind: List\nitems:\n- {kind: Node, metadata: {name: a}}\n- {kind: Pod}\n",
+            "items[1].kind: expected Node, got 'Pod'",
+        ),
+        (
+            "nodes-nameless",
+            GOOD_MESH,
+            "kind: List\nitems:\n- {kind: Node, metadata: {}}\n",
+            "items[0].metadata.name: a Node needs a name",
+        ),
+        (
+            "nodes-bad-taints",
+            GOOD_MESH,
+            "kind: Node\nmetadata: {name: a}\nspec: {taints: oops}\n",
+            "spec.taints: expected a list",
+        ),
+        (
+            "nodes-duplicate",
+            GOOD_MESH,
+            "kind: Node\nmetadata: {name: a}\n---\nkind: Node\nmetadata: {name: a}\n",
+            "documents[1].metadata.name: duplicate node 'a'",
+        ),
         ("nodes-items-not-list", GOOD_MESH, "kind: List\nitems: 3\n", "items: expected a list"),
     ],
 )

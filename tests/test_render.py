@@ -38,16 +38,16 @@ MY_TEMPLATES = [
 
 
 def linux(name: str, arch: str = "amd64") -> NodeFacts:
-    return NodeFacts(name, "linux", arch, None, False,
-                     {c.LABEL_OS: "linux", c.LABEL_ARCH: arch})
+    return NodeFacts(name, "linux", arch, None, False, {c.LABEL_OS: "linux", c.LABEL_ARCH: arch})
 
 
 def windows(name: str, build: str, *, labeled: bool = True) -> NodeFacts:
     labels = {c.LABEL_OS: "windows", c.LABEL_ARCH: "amd64"}
     if labeled:
         labels[c.LABEL_WINDOWS_BUILD] = build
-    return NodeFacts(name, "windows", "amd64", build, labeled, labels,
-                     (Taint("os", "windows", "NoSchedule"),))
+    return NodeFacts(
+        name, "windows", "amd64", build, labeled, labels, (Taint("os", "windows", "NoSchedule"),)
+    )
 
 
 MIXED = (linux("l1"), linux("l2", "arm64"), windows("w22", WS2022), windows("w25", WS2025))
@@ -106,14 +106,26 @@ def test_node_facts_prefer_labels_then_node_info() -> None:
     node = NodeFacts.from_node(
         {
             "metadata": {"name": "w", "labels": {c.LABEL_OS: "windows"}},
-            "spec": {"taints": [{"key": "os", "value": "windows", "effect": "NoSchedule"},
-                                {"key": "x", "effect": "NoExecute"}]},
-            "status": {"nodeInfo": {"operatingSystem": "linux", "architecture": "amd64",
-                                    "kernelVersion": "10.0.20348.2762"}},
+            "spec": {
+                "taints": [
+                    {"key": "os", "value": "windows", "effect": "NoSchedule"},
+                    {"key": "x", "effect": "NoExecute"},
+                ]
+            },
+            "status": {
+                "nodeInfo": {
+                    "operatingSystem": "linux",
+                    "architecture": "amd64",
+                    "kernelVersion": "10.0.20348.2762",
+                }
+            },
         }
     )
     assert (node.os, node.arch, node.build, node.build_from_label) == (
-        "windows", "amd64", WS2022, False
+        "windows",
+        "amd64",
+        WS2022,
+        False,
     )
     assert node.taints == (Taint("os", "windows", "NoSchedule"), Taint("x", None, "NoExecute"))
 
@@ -121,8 +133,10 @@ def test_node_facts_prefer_labels_then_node_info() -> None:
 def test_build_label_wins_over_kernel_version() -> None:
     node = NodeFacts.from_node(
         {
-            "metadata": {"name": "w", "labels": {c.LABEL_OS: "windows",
-                                                 c.LABEL_WINDOWS_BUILD: WS2025}},
+            "metadata": {
+                "name": "w",
+                "labels": {c.LABEL_OS: "windows", c.LABEL_WINDOWS_BUILD: WS2025},
+            },
             "status": {"nodeInfo": {"kernelVersion": "10.0.20348.1"}},
         }
     )
@@ -133,18 +147,30 @@ def test_build_from_os_image_when_kernel_version_is_empty() -> None:
     node = NodeFacts.from_node(
         {
             "metadata": {"name": "w"},
-            "status": {"nodeInfo": {"operatingSystem": "windows", "kernelVersion": "",
-                                    "osImage": "Windows Server 2025 Datacenter"}},
+            "status": {
+                "nodeInfo": {
+                    "operatingSystem": "windows",
+                    "kernelVersion": "",
+                    "osImage": "Windows Server 2025 Datacenter",
+                }
+            },
         }
     )
     assert node.build == WS2025
 
 
 def test_linux_nodes_have_no_build() -> None:
-    assert NodeFacts.from_node(
-        {"metadata": {"name": "l", "labels": {c.LABEL_OS: "linux",
-                                              c.LABEL_WINDOWS_BUILD: WS2022}}}
-    ).build is None
+    assert (
+        NodeFacts.from_node(
+            {
+                "metadata": {
+                    "name": "l",
+                    "labels": {c.LABEL_OS: "linux", c.LABEL_WINDOWS_BUILD: WS2022},
+                }
+            }
+        ).build
+        is None
+    )
 
 
 @pytest.mark.parametrize(
@@ -192,8 +218,9 @@ def test_every_object_carries_the_common_labels_and_no_owner() -> None:
         assert labels[c.LABEL_NAME] in ("ztunnel", "istio-cni")
         assert labels[c.LABEL_COMPONENT] == labels[c.LABEL_NAME]
         assert "ownerReferences" not in o["metadata"]
-    platforms = {o["metadata"]["name"]: o["metadata"]["labels"][c.LABEL_PLATFORM]
-                 for o in result.objects}
+    platforms = {
+        o["metadata"]["name"]: o["metadata"]["labels"][c.LABEL_PLATFORM] for o in result.objects
+    }
     assert platforms["ztunnel-windows"] == "all"
     assert platforms["istio-cni-config"] == "linux"
     assert platforms["istio-cni-config-windows-ltsc2025"] == WS2025
@@ -218,7 +245,8 @@ def test_linux_ztunnel_production_settings() -> None:
     result = render()
     ds = obj(result, "DaemonSet", "ztunnel")
     assert ds["spec"]["updateStrategy"] == {
-        "type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
     }
     template = ds["spec"]["template"]
     assert template["metadata"]["annotations"]["prometheus.io/port"] == "15020"
@@ -232,13 +260,18 @@ def test_linux_ztunnel_production_settings() -> None:
     assert spec["nodeSelector"] == {c.LABEL_OS: "linux"}
     term = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term["nodeSelectorTerms"] == [
-        {"matchExpressions": [{"key": c.LABEL_ARCH, "operator": "In",
-                               "values": ["amd64", "arm64"]}]}
+        {
+            "matchExpressions": [
+                {"key": c.LABEL_ARCH, "operator": "In", "values": ["amd64", "arm64"]}
+            ]
+        }
     ]
     (container,) = spec["containers"]
     security = container["securityContext"]
-    assert security["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN", "SYS_ADMIN",
-                                                                 "NET_RAW"]}
+    assert security["capabilities"] == {
+        "drop": ["ALL"],
+        "add": ["NET_ADMIN", "SYS_ADMIN", "NET_RAW"],
+    }
     assert security["readOnlyRootFilesystem"] is True
     assert security["privileged"] is False
     assert (security["runAsUser"], security["runAsGroup"]) == (0, 1337)
@@ -255,7 +288,8 @@ def test_linux_ztunnel_production_settings() -> None:
     assert token == {"path": "istio-token", "expirationSeconds": 43200, "audience": "istio-ca"}
     assert volumes["istiod-ca-cert"]["configMap"]["name"] == "istio-ca-root-cert"
     assert volumes["cni-ztunnel-sock-dir"]["hostPath"] == {
-        "path": "/var/run/ztunnel", "type": "DirectoryOrCreate"
+        "path": "/var/run/ztunnel",
+        "type": "DirectoryOrCreate",
     }
     # No volume may carry a Kubernetes API credential.
     assert not any("secret" in v for v in spec["volumes"])
@@ -270,33 +304,52 @@ def test_linux_istio_cni_production_settings() -> None:
     assert spec["serviceAccountName"] == "istio-cni"
     (container,) = spec["containers"]
     assert container["securityContext"]["capabilities"]["add"] == [
-        "NET_ADMIN", "NET_RAW", "SYS_PTRACE", "SYS_ADMIN", "DAC_OVERRIDE"
+        "NET_ADMIN",
+        "NET_RAW",
+        "SYS_PTRACE",
+        "SYS_ADMIN",
+        "DAC_OVERRIDE",
     ]
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 8000}
     assert container["resources"] == {"requests": {"cpu": "100m", "memory": "100Mi"}}
     assert container["envFrom"] == [{"configMapRef": {"name": "istio-cni-config"}}]
     paths = {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
-    assert paths == {"/opt/cni/bin", "/etc/cni/net.d", "/var/run/istio-cni", "/var/run/ztunnel",
-                     "/var/run/netns", "/proc"}
+    assert paths == {
+        "/opt/cni/bin",
+        "/etc/cni/net.d",
+        "/var/run/istio-cni",
+        "/var/run/ztunnel",
+        "/var/run/netns",
+        "/proc",
+    }
     proc = next(m for m in container["volumeMounts"] if m["name"] == "cni-host-procfs")
     assert proc["readOnly"] is True
 
 
 def test_rollout_comes_from_the_spec() -> None:
-    result = render(spec={"ztunnel": {"rollout": {"maxUnavailable": "10%", "maxSurge": 0}},
-                          "istioCni": {"rollout": {"maxUnavailable": "25%"}}})
+    result = render(
+        spec={
+            "ztunnel": {"rollout": {"maxUnavailable": "10%", "maxSurge": 0}},
+            "istioCni": {"rollout": {"maxUnavailable": "25%"}},
+        }
+    )
     for name in ("ztunnel", "ztunnel-windows-ltsc2022"):
         assert obj(result, "DaemonSet", name)["spec"]["updateStrategy"]["rollingUpdate"] == {
-            "maxUnavailable": "10%", "maxSurge": 0
+            "maxUnavailable": "10%",
+            "maxSurge": 0,
         }
     assert obj(result, "DaemonSet", "istio-cni-node")["spec"]["updateStrategy"][
-        "rollingUpdate"] == {"maxUnavailable": "25%", "maxSurge": 0}
+        "rollingUpdate"
+    ] == {"maxUnavailable": "25%", "maxSurge": 0}
 
 
 @pytest.mark.parametrize(
     "spec",
-    [{}, {"ztunnel": {"rollout": {"maxSurge": "20%"}}},
-     {"istioCni": {"rollout": {"maxUnavailable": 0, "maxSurge": 2}}}],
+    [
+        {},
+        {"ztunnel": {"rollout": {"maxSurge": "20%"}}},
+        {"istioCni": {"rollout": {"maxUnavailable": 0, "maxSurge": 2}}},
+    ],
 )
 def test_host_network_daemonsets_never_surge(spec: dict[str, Any]) -> None:
     # A surge pod would wait forever for ports its predecessor holds on the node.
@@ -309,12 +362,17 @@ def test_host_network_daemonsets_never_surge(spec: dict[str, Any]) -> None:
 
 
 def test_surge_budget_becomes_unavailability_on_the_host_network() -> None:
-    result = render(spec={"ztunnel": {"rollout": {"maxSurge": "20%"}},
-                          "istioCni": {"rollout": {"maxUnavailable": 0, "maxSurge": 2}}})
+    result = render(
+        spec={
+            "ztunnel": {"rollout": {"maxSurge": "20%"}},
+            "istioCni": {"rollout": {"maxUnavailable": 0, "maxSurge": 2}},
+        }
+    )
 
     def rolling(name: str) -> dict[str, Any]:
         out: dict[str, Any] = obj(result, "DaemonSet", name)["spec"]["updateStrategy"][
-            "rollingUpdate"]
+            "rollingUpdate"
+        ]
         return out
 
     assert rolling("ztunnel") == {"maxUnavailable": 0, "maxSurge": "20%"}
@@ -326,16 +384,21 @@ def test_surge_budget_becomes_unavailability_on_the_host_network() -> None:
 def test_windows_daemonsets_are_host_process_pods_per_build() -> None:
     result = render()
     for build, suffix in ((WS2022, "ltsc2022"), (WS2025, "ltsc2025")):
-        for name, account in ((f"ztunnel-windows-{suffix}", "ztunnel-windows"),
-                              (f"istio-cni-node-windows-{suffix}", "istio-cni")):
+        for name, account in (
+            (f"ztunnel-windows-{suffix}", "ztunnel-windows"),
+            (f"istio-cni-node-windows-{suffix}", "istio-cni"),
+        ):
             spec = pod(result, name)
             assert spec["os"] == {"name": "windows"}
             assert spec["hostNetwork"] is True
             assert spec["securityContext"]["windowsOptions"] == {
-                "hostProcess": True, "runAsUserName": "NT AUTHORITY\\SYSTEM"
+                "hostProcess": True,
+                "runAsUserName": "NT AUTHORITY\\SYSTEM",
             }
             assert spec["nodeSelector"] == {
-                c.LABEL_OS: "windows", c.LABEL_ARCH: "amd64", c.LABEL_WINDOWS_BUILD: build
+                c.LABEL_OS: "windows",
+                c.LABEL_ARCH: "amd64",
+                c.LABEL_WINDOWS_BUILD: build,
             }
             assert "affinity" not in spec
             assert spec["tolerations"] == [*STANDARD_TOLERATIONS, WINDOWS_TOLERATION]
@@ -355,8 +418,8 @@ def test_windows_ztunnel_uses_the_named_pipe_and_the_istiod_ip() -> None:
     assert variables["INPOD_PORT_REUSE"] == "false"
     assert variables["IPV6_ENABLED"] == "false"
     assert variables["CA_ADDRESS"] == variables["XDS_ADDRESS"] == "10.96.0.20:15012"
-    assert variables["ALT_CA_HOSTNAME"] == variables["ALT_XDS_HOSTNAME"] == (
-        "istiod.istio-system.svc"
+    assert (
+        variables["ALT_CA_HOSTNAME"] == variables["ALT_XDS_HOSTNAME"] == ("istiod.istio-system.svc")
     )
     (init,) = spec["initContainers"]
     assert env(init) == {"DNS_SUFFIX": ".cluster.local", "DNS_IP": "10.96.0.10"}
@@ -367,9 +430,7 @@ def test_windows_istio_cni_gets_the_pipe_and_host_paths_from_its_config_map() ->
     result = render(spec={"platforms": {"windows": {"cniConfDir": "D:\\cni\\conf"}}})
     spec = pod(result, "istio-cni-node-windows-ltsc2025")
     (container,) = spec["containers"]
-    assert container["envFrom"] == [
-        {"configMapRef": {"name": "istio-cni-config-windows-ltsc2025"}}
-    ]
+    assert container["envFrom"] == [{"configMapRef": {"name": "istio-cni-config-windows-ltsc2025"}}]
     assert "volumes" not in spec  # HostProcess containers see the host's files
     data = obj(result, "ConfigMap", "istio-cni-config-windows-ltsc2025")["data"]
     assert data["ZTUNNEL_UDS_ADDRESS"] == "\\\\.\\pipe\\istio-zds"
@@ -388,8 +449,15 @@ def test_windows_istio_cni_gets_the_pipe_and_host_paths_from_its_config_map() ->
         ({}, "docker.io/istio/ztunnel:1.28.0-windows-ltsc2022"),
         ({"hub": "r.example/i", "tag": "9.9"}, "r.example/i/ztunnel:9.9-windows-ltsc2022"),
         ({"ztunnel": {"windows": "r.example/zt:win"}}, "r.example/zt:win"),
-        ({"ztunnel": {"windows": "r.example/zt:win",
-                      "windowsBuilds": {WS2022: "r.example/zt:2022"}}}, "r.example/zt:2022"),
+        (
+            {
+                "ztunnel": {
+                    "windows": "r.example/zt:win",
+                    "windowsBuilds": {WS2022: "r.example/zt:2022"},
+                }
+            },
+            "r.example/zt:2022",
+        ),
     ],
 )
 def test_windows_image_precedence(images: dict[str, Any], expected: str) -> None:
@@ -454,8 +522,12 @@ def test_no_windows_agents_means_no_windows_warnings() -> None:
 
 
 def test_nothing_cluster_specific_is_hard_coded() -> None:
-    spec = {"namespace": "mesh-x", "clusterDomain": "corp.example", "trustDomain": "corp.example",
-            "istiod": {"serviceName": "control"}}
+    spec = {
+        "namespace": "mesh-x",
+        "clusterDomain": "corp.example",
+        "trustDomain": "corp.example",
+        "istiod": {"serviceName": "control"},
+    }
     text = output.to_yaml(render(spec=spec, istiod_ip="192.0.2.7", dns_ip="192.0.2.53").objects)
     assert "cluster.local" not in text
     assert "istio-system" not in text
@@ -465,16 +537,23 @@ def test_nothing_cluster_specific_is_hard_coded() -> None:
 
 
 def test_unlabeled_windows_nodes_are_selected_by_name() -> None:
-    nodes = (windows("w-a", WS2022), windows("w-c", WS2022, labeled=False),
-             windows("w-b", WS2022, labeled=False))
+    nodes = (
+        windows("w-a", WS2022),
+        windows("w-c", WS2022, labeled=False),
+        windows("w-b", WS2022, labeled=False),
+    )
     result = render(nodes=nodes)
     spec = pod(result, "ztunnel-windows-ltsc2022")
     assert spec["nodeSelector"] == {c.LABEL_OS: "windows", c.LABEL_ARCH: "amd64"}
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"]
+        "nodeSelectorTerms"
+    ]
     assert terms == [
-        {"matchExpressions": [{"key": c.LABEL_WINDOWS_BUILD, "operator": "In",
-                               "values": [WS2022]}]},
+        {
+            "matchExpressions": [
+                {"key": c.LABEL_WINDOWS_BUILD, "operator": "In", "values": [WS2022]}
+            ]
+        },
         {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["w-b"]}]},
         {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["w-c"]}]},
     ]
@@ -484,7 +563,10 @@ def test_unlabeled_windows_nodes_are_selected_by_name() -> None:
 def test_spec_builds_are_rendered_even_without_nodes() -> None:
     result = render(nodes=(linux("l1"),), spec={"platforms": {"windows": {"builds": [WS2025]}}})
     assert [d.name for d in result.daemonsets] == [
-        "istio-cni-node", "ztunnel", "istio-cni-node-windows-ltsc2025", "ztunnel-windows-ltsc2025"
+        "istio-cni-node",
+        "ztunnel",
+        "istio-cni-node-windows-ltsc2025",
+        "ztunnel-windows-ltsc2025",
     ]
     assert result.daemonsets[-1].nodes == ()
 
@@ -500,7 +582,8 @@ def test_windows_disabled_renders_nothing_for_windows() -> None:
     result = render(spec={"platforms": {"windows": {"enabled": False}}})
     assert not any("windows" in n for n in names(result))
     assert {v.node: v.reason for v in result.verdicts if not v.supported} == {
-        "w22": "PlatformDisabled", "w25": "PlatformDisabled"
+        "w22": "PlatformDisabled",
+        "w25": "PlatformDisabled",
     }
     role = obj(result, "ClusterRole", "istio-cni")
     assert role["rules"][-1]["resourceNames"] == ["istio-cni-node"]
@@ -519,8 +602,9 @@ def test_linux_agents_exist_before_any_linux_node() -> None:
 
 
 def test_everything_disabled_renders_nothing() -> None:
-    result = render(spec={"platforms": {"linux": {"enabled": False},
-                                        "windows": {"enabled": False}}})
+    result = render(
+        spec={"platforms": {"linux": {"enabled": False}, "windows": {"enabled": False}}}
+    )
     assert result.objects == ()
     assert all(v.reason == "PlatformDisabled" for v in result.verdicts)
 
@@ -528,16 +612,35 @@ def test_everything_disabled_renders_nothing() -> None:
 def test_user_selector_and_tolerations_exclude_nodes() -> None:
     nodes = (
         linux("l-in"),
-        NodeFacts("l-tainted", "linux", "amd64", None, False,
-                  {c.LABEL_OS: "linux", c.LABEL_ARCH: "amd64", "pool": "mesh"},
-                  (Taint("gpu", None, "NoSchedule"),)),
-        NodeFacts("l-pool", "linux", "amd64", None, False,
-                  {c.LABEL_OS: "linux", c.LABEL_ARCH: "amd64", "pool": "mesh"}),
+        NodeFacts(
+            "l-tainted",
+            "linux",
+            "amd64",
+            None,
+            False,
+            {c.LABEL_OS: "linux", c.LABEL_ARCH: "amd64", "pool": "mesh"},
+            (Taint("gpu", None, "NoSchedule"),),
+        ),
+        NodeFacts(
+            "l-pool",
+            "linux",
+            "amd64",
+            None,
+            False,
+            {c.LABEL_OS: "linux", c.LABEL_ARCH: "amd64", "pool": "mesh"},
+        ),
     )
-    result = render(nodes=nodes, spec={"platforms": {"linux": {
-        "nodeSelector": {"pool": "mesh"},
-        "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}],
-    }}})
+    result = render(
+        nodes=nodes,
+        spec={
+            "platforms": {
+                "linux": {
+                    "nodeSelector": {"pool": "mesh"},
+                    "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}],
+                }
+            }
+        },
+    )
     verdicts = {v.node: v for v in result.verdicts}
     assert verdicts["l-pool"].supported
     assert verdicts["l-in"].reason == "ExcludedBySpec"
@@ -553,17 +656,29 @@ def test_rbac_is_least_privilege() -> None:
     result = render()
     role = obj(result, "ClusterRole", "istio-cni")
     assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["pods", "namespaces", "nodes"],
-         "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": [""],
+            "resources": ["pods", "namespaces", "nodes"],
+            "verbs": ["get", "list", "watch"],
+        },
         {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]},
-        {"apiGroups": ["apps"], "resources": ["daemonsets"],
-         "resourceNames": ["istio-cni-node", "istio-cni-node-windows-ltsc2022",
-                           "istio-cni-node-windows-ltsc2025"],
-         "verbs": ["get"]},
+        {
+            "apiGroups": ["apps"],
+            "resources": ["daemonsets"],
+            "resourceNames": [
+                "istio-cni-node",
+                "istio-cni-node-windows-ltsc2022",
+                "istio-cni-node-windows-ltsc2025",
+            ],
+            "verbs": ["get"],
+        },
     ]
     binding = obj(result, "ClusterRoleBinding", "istio-cni")
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io",
-                                  "kind": "ClusterRole", "name": "istio-cni"}
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "istio-cni",
+    }
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "istio-cni", "namespace": "istio-system"}
     ]
@@ -574,8 +689,11 @@ def test_rbac_is_least_privilege() -> None:
 
 
 def test_inventory_counts_and_examples() -> None:
-    nodes = (*MIXED, *(windows(f"old-{i:02}", c.BUILD_WS2019) for i in range(25)),
-             NodeFacts("mystery", "windows", "amd64", None, False, {}))
+    nodes = (
+        *MIXED,
+        *(windows(f"old-{i:02}", c.BUILD_WS2019) for i in range(25)),
+        NodeFacts("mystery", "windows", "amd64", None, False, {}),
+    )
     inventory = render(nodes=nodes).inventory()
     assert (inventory.total, inventory.linux, inventory.windows) == (30, 2, 28)
     assert (inventory.supported, inventory.unsupported) == (4, 26)
@@ -587,13 +705,15 @@ def test_inventory_counts_and_examples() -> None:
     ]
     assert len(inventory.unsupported_nodes) == 20
     assert [(n.name, n.reason) for n in inventory.unsupported_nodes[:2]] == [
-        ("mystery", "WindowsBuildUnknown"), ("old-00", "WindowsBuildUnsupported")
+        ("mystery", "WindowsBuildUnknown"),
+        ("old-00", "WindowsBuildUnsupported"),
     ]
 
 
 def test_sample_inventory_plan() -> None:
-    result = render(nodes=tuple(load_nodes(REPO / "operator/ambient_operator/samples/"
-                                           "nodes-mixed.yaml")))
+    result = render(
+        nodes=tuple(load_nodes(REPO / "operator/ambient_operator/samples/nodes-mixed.yaml"))
+    )
     assert {d.name: d.nodes for d in result.daemonsets} == {
         "istio-cni-node": ("linux-amd64-1", "linux-amd64-2", "linux-arm64-1"),
         "ztunnel": ("linux-amd64-1", "linux-amd64-2", "linux-arm64-1"),
@@ -610,7 +730,8 @@ def test_sample_inventory_plan() -> None:
 def test_unlabeled_inventory_file_renders_name_terms() -> None:
     result = render(nodes=tuple(load_nodes(INVENTORIES / "windows-unlabeled.yaml")))
     terms = pod(result, "ztunnel-windows-ltsc2025")["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
     assert terms[1]["matchFields"][0]["values"] == ["win2025-osimage"]
 
 

@@ -89,7 +89,9 @@ def _apply(dyn: dynamic.DynamicClient, objects: tuple[dict[str, Any], ...]) -> l
         # already own; take the fields over rather than fail on the conflict.
         created.append(
             dyn.server_side_apply(
-                resource, body=copy.deepcopy(obj), field_manager=FIELD_MANAGER,
+                resource,
+                body=copy.deepcopy(obj),
+                field_manager=FIELD_MANAGER,
                 force_conflicts=True,
             )
         )
@@ -111,8 +113,10 @@ def _pods_of(core: client.CoreV1Api, namespace: str, daemonset: str) -> list[cli
     return [
         p
         for p in core.list_namespaced_pod(namespace).items
-        if any(ref.kind == "DaemonSet" and ref.name == daemonset
-               for ref in p.metadata.owner_references or [])
+        if any(
+            ref.kind == "DaemonSet" and ref.name == daemonset
+            for ref in p.metadata.owner_references or []
+        )
     ]
 
 
@@ -124,7 +128,8 @@ def _settled(
     if status is None or status.observed_generation != ds.metadata.generation:
         return False
     running = {
-        p.spec.node_name for p in _pods_of(core, namespace, plan.name)
+        p.spec.node_name
+        for p in _pods_of(core, namespace, plan.name)
         if p.status and p.status.phase == "Running"
     }
     return status.desired_number_scheduled == len(plan.nodes) and running == set(plan.nodes)

@@ -91,8 +91,9 @@ TOLERATION_CHOICES = [
 @st.composite
 def mesh_spec(draw: st.DrawFn) -> AmbientMeshSpec:
     windows: dict[str, Any] = {"enabled": draw(st.booleans())}
-    builds = draw(st.sampled_from([None, [], ["10.0.20348"], ["10.0.26100"],
-                                   ["10.0.20348", "10.0.26100"]]))
+    builds = draw(
+        st.sampled_from([None, [], ["10.0.20348"], ["10.0.26100"], ["10.0.20348", "10.0.26100"]])
+    )
     if builds is not None:
         windows["builds"] = builds
     linux: dict[str, Any] = {"enabled": draw(st.booleans())}

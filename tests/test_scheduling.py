@@ -135,8 +135,10 @@ def test_invalid_field_requirement_matches_nothing(invalid: dict[str, Any]) -> N
 
 
 def test_fields_and_expressions_in_one_term_are_anded() -> None:
-    term = {"matchExpressions": [expr("zone", "In", "a")],
-            "matchFields": [expr("metadata.name", "In", "n1")]}
+    term = {
+        "matchExpressions": [expr("zone", "In", "a")],
+        "matchFields": [expr("metadata.name", "In", "n1")],
+    }
     assert node_matches(affinity(term), N)
     assert not node_matches(affinity(term), node("n1", zone="b"))
 
@@ -194,8 +196,9 @@ def test_toleration_matches(toleration: dict[str, str], taint: Taint, expected: 
 def test_tolerates_needs_every_blocking_taint() -> None:
     taints = (T_NOSCHED, T_NOEXEC)
     assert not tolerates([{"key": "os", "operator": "Exists"}], taints)
-    assert tolerates([{"key": "os", "operator": "Exists"},
-                      {"key": "dedicated", "operator": "Exists"}], taints)
+    assert tolerates(
+        [{"key": "os", "operator": "Exists"}, {"key": "dedicated", "operator": "Exists"}], taints
+    )
     assert untolerated([{"key": "os", "operator": "Exists"}], taints) == [T_NOEXEC]
 
 
@@ -208,8 +211,9 @@ def test_schedulable_combines_placement_and_taints() -> None:
     tainted = node("w", (T_NOSCHED,), os="windows")
     spec: dict[str, Any] = {"nodeSelector": {"os": "windows"}}
     assert not schedulable(spec, tainted)
-    spec["tolerations"] = [{"key": "os", "operator": "Equal", "value": "windows",
-                            "effect": "NoSchedule"}]
+    spec["tolerations"] = [
+        {"key": "os", "operator": "Equal", "value": "windows", "effect": "NoSchedule"}
+    ]
     assert schedulable(spec, tainted)
 
 

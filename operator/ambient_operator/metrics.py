@@ -56,6 +56,8 @@ def serve(port: int) -> None:
     """Serve /metrics on all interfaces at `port` (0 disables)."""
     if port:
         start_http_server(port)
+
+
 WEBHOOK_REVIEWS = Counter(
     "ambient_operator_webhook_reviews_total",
     "Pod admission reviews the redirection-wait webhook answered, by action and reason.",

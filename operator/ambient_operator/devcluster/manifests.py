@@ -95,9 +95,7 @@ def apply_objects(
         # A private discovery cache: the default one in /tmp is shared by every
         # process and keyed by host:port, which our clusters reuse over time.
         with tempfile.TemporaryDirectory(prefix="devcluster-discovery-") as cache_dir:
-            dyn = DynamicClient(
-                api_client, cache_file=str(Path(cache_dir) / "discovery.json")
-            )
+            dyn = DynamicClient(api_client, cache_file=str(Path(cache_dir) / "discovery.json"))
             for obj in others:
                 resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
                 try:

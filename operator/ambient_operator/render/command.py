@@ -176,18 +176,37 @@ def add_parser(sub: Any) -> None:
         description="Render the ztunnel and istio-cni objects the operator would apply. "
         "Objects go to stdout; nodes that get no agent, and other warnings, to stderr.",
     )
-    parser.add_argument("--mesh", type=Path, metavar="FILE",
-                        help="AmbientMesh YAML (default: an AmbientMesh with every default)")
-    parser.add_argument("--nodes", type=Path, metavar="FILE",
-                        help="Nodes: `kubectl get nodes -o yaml` output or multi-document YAML")
-    parser.add_argument("--kube-version", default="1.37", metavar="X.Y",
-                        help="Kubernetes version of the target cluster (default 1.37)")
-    parser.add_argument("--istiod-ip", metavar="IP",
-                        help="ClusterIP of the istiod Service, for Windows agents")
-    parser.add_argument("--dns-ip", metavar="IP",
-                        help="ClusterIP of the cluster DNS Service, for Windows nodes")
-    parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml",
-                        help="output format (default yaml)")
+    parser.add_argument(
+        "--mesh",
+        type=Path,
+        metavar="FILE",
+        help="AmbientMesh YAML (default: an AmbientMesh with every default)",
+    )
+    parser.add_argument(
+        "--nodes",
+        type=Path,
+        metavar="FILE",
+        help="Nodes: `kubectl get nodes -o yaml` output or multi-document YAML",
+    )
+    parser.add_argument(
+        "--kube-version",
+        default="1.37",
+        metavar="X.Y",
+        help="Kubernetes version of the target cluster (default 1.37)",
+    )
+    parser.add_argument(
+        "--istiod-ip", metavar="IP", help="ClusterIP of the istiod Service, for Windows agents"
+    )
+    parser.add_argument(
+        "--dns-ip", metavar="IP", help="ClusterIP of the cluster DNS Service, for Windows nodes"
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("yaml", "json"),
+        default="yaml",
+        help="output format (default yaml)",
+    )
     parser.set_defaults(func=run)
 
 

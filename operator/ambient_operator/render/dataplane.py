@@ -169,11 +169,17 @@ def _cni_config(spec: AmbientMeshSpec, plat: _Platform) -> dict[str, Any]:
     if plat.windows:
         win = spec.platforms.windows
         # HostProcess containers see host paths as they are; nothing is mounted.
-        dirs = {"cni_net_dir": win.cni_conf_dir, "mounted_cni_net_dir": win.cni_conf_dir,
-                "cni_bin_dir": win.cni_bin_dir}
+        dirs = {
+            "cni_net_dir": win.cni_conf_dir,
+            "mounted_cni_net_dir": win.cni_conf_dir,
+            "cni_bin_dir": win.cni_bin_dir,
+        }
     else:
-        dirs = {"cni_net_dir": LINUX_CNI_NET_DIR, "mounted_cni_net_dir": LINUX_MOUNTED_CNI_NET_DIR,
-                "cni_bin_dir": None}
+        dirs = {
+            "cni_net_dir": LINUX_CNI_NET_DIR,
+            "mounted_cni_net_dir": LINUX_MOUNTED_CNI_NET_DIR,
+            "cni_bin_dir": None,
+        }
     return render_object(
         "configmap-istio-cni.yaml.j2",
         name=v.cni_config_map_name(plat.name),
@@ -218,8 +224,9 @@ def _rbac(spec: AmbientMeshSpec, cni_daemonsets: Sequence[str]) -> list[dict[str
     return [role, binding]
 
 
-def _platforms(spec: AmbientMeshSpec, linux: tuple[NodeFacts, ...],
-               windows: dict[str, tuple[NodeFacts, ...]]) -> list[_Platform]:
+def _platforms(
+    spec: AmbientMeshSpec, linux: tuple[NodeFacts, ...], windows: dict[str, tuple[NodeFacts, ...]]
+) -> list[_Platform]:
     out: list[_Platform] = []
     if spec.platforms.linux.enabled:
         # Linux agents are rendered even with no Linux node yet: control

@@ -25,8 +25,13 @@ ISTIO_CA_ROOT_CERT = "istio-ca-root-cert"
 WINDOWS_RUN_AS = "NT AUTHORITY\\SYSTEM"
 
 # Istio's Go agents know no "trace"; debug is the nearest.
-CNI_LOG_LEVELS = {"trace": "debug", "debug": "debug", "info": "info", "warn": "warn",
-                  "error": "error"}
+CNI_LOG_LEVELS = {
+    "trace": "debug",
+    "debug": "debug",
+    "info": "info",
+    "warn": "warn",
+    "error": "error",
+}
 
 
 def windows_suffix(build: str) -> str:
