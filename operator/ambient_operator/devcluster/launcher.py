@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -137,6 +137,7 @@ class LocalCluster:
         start_timeout: float = 120.0,
         stop_timeout: float = 15.0,
         verbose: bool = True,
+        extra_args: Mapping[str, Sequence[str]] | None = None,
     ):
         self._owns_workdir = workdir is None
         self.workdir = Path(
@@ -146,6 +147,8 @@ class LocalCluster:
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.verbose = verbose
+        # Flags added to a component's command line, by component name.
+        self.extra_args = {name: list(args) for name, args in (extra_args or {}).items()}
         self.ports = Ports.allocate()
         self.pki_dir = self.workdir / "pki"
         self.log_dir = self.workdir / "logs"
@@ -544,6 +547,8 @@ class LocalCluster:
                 f"--cidr={POD_CIDR}",
             ],
         }
+        for name, args in self.extra_args.items():
+            argv[name] += args
         # kwok always reads ~/.kwok/kwok.yaml when it exists; a private HOME
         # keeps a developer's own kwok settings out of the tests.
         kwok_env = {**os.environ, "HOME": str(w / "kwok-home")}
