@@ -1,8 +1,10 @@
 """Kubernetes Events for what a user should see in `kubectl describe`.
 
 Each Event has a name derived from its object, reason and message, so the
-same news is told once: a restarted operator finds it (a read) and does not
-post it again (no write).
+same news is told once: a restarted operator lists the Events it posted
+before (one read, `load`) and does not post them again (no write). Posting
+is then a single create; an Event another replica posted meanwhile answers
+409, which counts as told.
 """
 
 from __future__ import annotations
@@ -36,6 +38,22 @@ class EventRecorder:
         self.kube = kube
         self.instance = instance
         self._told: set[str] = set()
+        # Until `load` ran, each post looks for its Event first.
+        self._loaded = False
+
+    def load(self) -> None:
+        """Learn which Events this operator posted before (in any replica or run)."""
+        try:
+            told = {
+                event["metadata"]["name"]
+                for event in self.kube.iter_list(EVENT, field_selector=f"source={COMPONENT}")
+            }
+        except KubeError as exc:
+            # Posting still works, a read per Event slower.
+            log.warning("could not list earlier events (%s); checking each one instead", exc)
+            return
+        self._told |= told
+        self._loaded = True
 
     @staticmethod
     def name_for(obj: Mapping[str, Any], reason: str, message: str) -> str:
@@ -43,6 +61,10 @@ class EventRecorder:
         meta = obj.get("metadata", {})
         digest = hashlib.sha256(f"{meta.get('uid')}|{reason}|{message}".encode()).hexdigest()[:16]
         return f"{meta.get('name')}.{digest}"[:253]
+
+    def told(self, obj: Mapping[str, Any], reason: str, message: str) -> bool:
+        """True when this news was posted already (no API call; safe on the event loop)."""
+        return self.name_for(obj, reason, message) in self._told
 
     def post(self, obj: Mapping[str, Any], kind_type: str, reason: str, message: str) -> bool:
         """Post an Event about `obj` unless it was told already; True when posted."""
@@ -52,7 +74,7 @@ class EventRecorder:
         if name in self._told:
             return False
         try:
-            if self.kube.get(EVENT, name, namespace) is not None:
+            if not self._loaded and self.kube.get(EVENT, name, namespace) is not None:
                 self._told.add(name)
                 return False
             stamp = now_rfc3339()
@@ -80,6 +102,9 @@ class EventRecorder:
                 }
             )
         except KubeError as exc:
+            if exc.status == 409:  # another replica, or a run before `load`, told it
+                self._told.add(name)
+                return False
             # An Event is news, not state: losing one must not fail a reconcile.
             log.warning("could not post event %s: %s", reason, exc)
             return False

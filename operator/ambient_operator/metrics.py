@@ -26,7 +26,8 @@ OBJECTS_PRUNED = Counter(
 )
 API_REQUESTS = Counter(
     "ambient_operator_api_requests_total",
-    "API requests made by the operator's own client (watches excluded).",
+    "API requests made by the operator's own client (kopf's watches excluded; "
+    "method WATCH counts the connections of its own pod informer).",
     ["method", "code"],
 )
 API_WRITES = Counter(

@@ -38,4 +38,5 @@ class NamespaceChecker:
             if not any(label in labels for label in relevant):
                 continue
             for reason, message in namespace_problems(name, labels, waypoints):
-                await asyncio.to_thread(self.events.post, ns, "Warning", reason, message)
+                if not self.events.told(ns, reason, message):
+                    await asyncio.to_thread(self.events.post, ns, "Warning", reason, message)

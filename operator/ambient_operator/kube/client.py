@@ -115,6 +115,36 @@ class Kube:
             metrics.API_WRITES.labels(method=method).inc()
         return json.loads(text) if text else None
 
+    def open_stream(
+        self, path: str, query: Iterable[tuple[str, str]], read_timeout: float
+    ) -> urllib3.BaseHTTPResponse:
+        """A GET whose body is read as it arrives (a watch); the caller closes it."""
+        try:
+            _, url, headers, _, _ = self.api.param_serialize(
+                "GET",
+                path,
+                query_params=list(query),
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+            )
+            response = self.api.call_api(
+                "GET", url, header_params=headers, _request_timeout=(10.0, read_timeout)
+            )
+        except ApiException as exc:
+            metrics.API_REQUESTS.labels(method="WATCH", code=str(exc.status or 0)).inc()
+            raise KubeError.from_api(exc) from None
+        except (OSError, urllib3.exceptions.HTTPError) as exc:
+            metrics.API_REQUESTS.labels(method="WATCH", code="0").inc()
+            raise KubeError(0, "ConnectionError", str(exc)) from None
+        raw: urllib3.BaseHTTPResponse = response.response
+        status = int(raw.status)
+        metrics.API_REQUESTS.labels(method="WATCH", code=f"{status // 100}xx").inc()
+        if status >= 400:
+            text = raw.read().decode(errors="replace")
+            raw.release_conn()
+            raise KubeError.from_body(status, raw.reason or "", text)
+        return raw
+
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """The object, or None when it does not exist."""
         try:
@@ -143,6 +173,7 @@ class Kube:
         namespace: str | None = None,
         label_selector: str | None = None,
         page_size: int = 500,
+        field_selector: str | None = None,
     ) -> Iterator[dict[str, Any]]:
         """Like `list`, a page at a time: memory stays flat however many objects exist."""
         token = ""
@@ -150,6 +181,8 @@ class Kube:
             query = [("limit", str(page_size))]
             if label_selector:
                 query.append(("labelSelector", label_selector))
+            if field_selector:
+                query.append(("fieldSelector", field_selector))
             if token:
                 query.append(("continue", token))
             result = self.request("GET", kind.collection(namespace), query=query)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from functools import cache
 from typing import Any
 
@@ -36,10 +38,40 @@ def environment() -> jinja2.Environment:
     return env
 
 
+# Parsed objects by the YAML text they came from, kept as JSON text. The
+# operator renders the same objects again on every pass that touches them
+# (200 waypoints: thousands of renders at start-up), and parsing YAML, even
+# with libyaml, took about half the operator's CPU then; json.loads of the
+# kept text is a fresh copy at a fraction of the cost.
+_PARSED: OrderedDict[str, str] = OrderedDict()
+_PARSED_MAX = 2048
+_PARSED_LOCK = threading.Lock()
+
+
+def _parse(text: str) -> Any:
+    with _PARSED_LOCK:
+        kept = _PARSED.get(text)
+        if kept is not None:
+            _PARSED.move_to_end(text)
+    if kept is not None:
+        return json.loads(kept)
+    obj = yaml.load(text, Loader=_Loader)
+    try:
+        dumped = json.dumps(obj)
+    except TypeError:  # a value JSON cannot carry (a YAML timestamp): not kept
+        return obj
+    if json.loads(dumped) == obj:  # integer keys would come back as strings
+        with _PARSED_LOCK:
+            _PARSED[text] = dumped
+            while len(_PARSED) > _PARSED_MAX:
+                _PARSED.popitem(last=False)
+    return obj
+
+
 def render_object(template: str, **values: Any) -> dict[str, Any]:
     """Fill a template with values and return the single object it lays out."""
     text = environment().get_template(template).render(**values)
-    obj = yaml.load(text, Loader=_Loader)
+    obj = _parse(text)
     if not isinstance(obj, dict):
         raise TypeError(f"template {template} did not produce a mapping")
     return obj

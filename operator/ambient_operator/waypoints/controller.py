@@ -60,9 +60,20 @@ GATEWAY_API_RECHECK_SECONDS = 30.0
 # and no change waits longer than MAX_DELAY.
 DEBOUNCE_SECONDS = 0.1
 MAX_DELAY_SECONDS = 1.0
+# A change after a quiet second is handled at once (its own `kubectl apply`
+# still folds); passes are incremental, so a burst costs little more.
+IDLE_AFTER_SECONDS = 1.0
+IDLE_DEBOUNCE_SECONDS = 0.02
 
 GatewayKey = tuple[str, str]
 T = TypeVar("T")
+
+
+def placement_of(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(Gateway name, node) of a scheduled Gateway pod (any class), else None. Pure."""
+    gateway = ((pod.get("metadata") or {}).get("labels") or {}).get(c.LABEL_GATEWAY_NAME)
+    node = (pod.get("spec") or {}).get("nodeName")
+    return (str(gateway), str(node)) if gateway and node else None
 
 
 def _rv(obj: Mapping[str, Any] | None) -> int:
@@ -252,17 +263,16 @@ class WaypointController:
 
     def on_pod(self, event: str | None, body: Mapping[str, Any]) -> None:
         """A pod of some Gateway (any class): remember where it runs."""
-        key = _key(body)
-        if event == "DELETED":
-            self.pods.pop(key, None)
-            self.pods_unchecked.discard(key)
+        self.place_pod(_key(body), None if event == "DELETED" else placement_of(body))
+
+    def place_pod(self, key: GatewayKey, placement: tuple[str, str] | None) -> None:
+        """Record (Gateway name, node) of a pod; None when it is gone or is no Gateway's."""
+        if placement is None:
+            if self.pods.pop(key, None) is not None:
+                self.pods_unchecked.discard(key)
             return
-        gateway = _labels(body).get(c.LABEL_GATEWAY_NAME)
-        node = (body.get("spec") or {}).get("nodeName")
-        if not gateway or not node:
-            return
-        if self.pods.get(key) != (gateway, node):
-            self.pods[key] = (gateway, str(node))
+        if self.pods.get(key) != placement:
+            self.pods[key] = placement
             self.pods_unchecked.add(key)
             self._poke()
 
@@ -403,16 +413,21 @@ class WaypointController:
     async def run(self, leading: Callable[[], bool]) -> None:
         """Reconcile soon after each change, while `leading()` says we may write."""
         loop = asyncio.get_running_loop()
+        last_end = float("-inf")
         while True:
             await self.wake.wait()
-            deadline = loop.time() + MAX_DELAY_SECONDS
+            now = loop.time()
+            debounce = (
+                IDLE_DEBOUNCE_SECONDS if now - last_end >= IDLE_AFTER_SECONDS else DEBOUNCE_SECONDS
+            )
+            deadline = now + MAX_DELAY_SECONDS
             while True:
                 self.wake.clear()
                 left = deadline - loop.time()
                 if left <= 0:
                     break
                 try:
-                    await asyncio.wait_for(self.wake.wait(), min(DEBOUNCE_SECONDS, left))
+                    await asyncio.wait_for(self.wake.wait(), min(debounce, left))
                 except TimeoutError:
                     break
             if not leading():
@@ -425,6 +440,7 @@ class WaypointController:
                 log.exception("waypoint pass failed; retrying")
                 await asyncio.sleep(RETRY_SECONDS[0])
                 self.wake.set()
+            last_end = loop.time()
 
     async def reconcile(self) -> None:
         """Reconcile what changed since the last pass; with nothing changed, no request."""
@@ -686,6 +702,10 @@ class WaypointController:
         gateway = self.gateways.get(key)
         if gateway is None or gateway["metadata"].get("deletionTimestamp"):
             return True  # garbage collection removes what the Gateway owned
+        if (self.state.namespaces.get(key[0]) or {}).get("terminating"):
+            # The namespace controller is deleting everything in it; a write
+            # (say, restoring the ServiceAccount it just deleted) would be refused.
+            return True
         owned = dict(self.objects.get(key, {}))
         gateway_class = self.classes.get(str((gateway.get("spec") or {}).get("gatewayClassName")))
         if not wr.class_is_ours(gateway_class, spec.waypoints.controller_name):
@@ -706,14 +726,22 @@ class WaypointController:
             owner = Owner.of(gateway)
             prepared = [prepare(obj, owner, wr.CONTROLLER) for obj in result.objects]
             todo = plan(prepared, owned)
-            for obj in todo.apply:
+
+            async def apply(obj: dict[str, Any]) -> None:
                 try:
                     live = await self._call(self.kube.apply, obj)
                 except KubeError as exc:
                     errors.append(f"{obj['kind']} {obj['metadata']['name']}: {exc.message}")
-                    continue
+                    return
                 self.on_owned("MODIFIED", live)
                 metrics.OBJECTS_APPLIED.labels(kind=obj["kind"]).inc()
+
+            # The ServiceAccount first: a pod naming a missing one is refused,
+            # and the ReplicaSet controller backs off. The rest go together.
+            accounts = [o for o in todo.apply if o["kind"] == "ServiceAccount"]
+            for obj in accounts:
+                await apply(obj)
+            await asyncio.gather(*(apply(o) for o in todo.apply if o["kind"] != "ServiceAccount"))
             for obj in todo.prune:
                 if not await self._delete(obj):
                     errors.append(f"could not delete {obj['kind']} {obj['metadata']['name']}")
@@ -908,16 +936,7 @@ def register(operator: Operator) -> WaypointController:
     async def config_map_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         ctl.on_config_map(type, body)
 
-    @kopf.on.event(
-        "",
-        "v1",
-        "pods",
-        labels={c.LABEL_GATEWAY_NAME: kopf.PRESENT},
-        registry=reg,
-        id="waypoints-pods",
-    )
-    async def pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
-        ctl.on_pod(type, body)
+    # Pods reach `place_pod` from the operator's pod informer (ambient_operator.pods).
 
     @kopf.on.event("", "v1", "services", registry=reg, id="waypoints-services")
     async def service_event(type: str | None, body: kopf.Body, **_: Any) -> None:

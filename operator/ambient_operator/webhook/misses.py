@@ -107,21 +107,34 @@ class MissTracker:
         self.missed: dict[PodKey, Miss] = {}
         self._counted: set[str] = set()
 
-    def observe(self, event_type: str | None, pod: Mapping[str, Any]) -> None:
-        """Record one pod watch event."""
-        meta = pod.get("metadata") or {}
-        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+    @staticmethod
+    def suspect_of(pod: Mapping[str, Any]) -> dict[str, Any] | None:
+        """What to keep of a live pod the webhook may have missed; None when it cannot be.
+
+        Pure, so the pod informer runs it on its own thread.
+        """
         phase = (pod.get("status") or {}).get("phase")
         if (
-            event_type == "DELETED"
-            or phase in ("Succeeded", "Failed")
+            phase in ("Succeeded", "Failed")
             or d.has_container(pod)
             or d.has_annotation(pod)
             or not d.may_target_windows(pod)
         ):
+            return None
+        return _trim(pod)
+
+    def remember(self, key: PodKey, suspect: dict[str, Any] | None) -> None:
+        """Record what `suspect_of` said of a pod (None also for a deleted one)."""
+        if suspect is None:
             self.suspects.pop(key, None)
-            return
-        self.suspects[key] = _trim(pod)
+        else:
+            self.suspects[key] = suspect
+
+    def observe(self, event_type: str | None, pod: Mapping[str, Any]) -> None:
+        """Record one pod watch event."""
+        meta = pod.get("metadata") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        self.remember(key, None if event_type == "DELETED" else self.suspect_of(pod))
 
     def judge(self) -> dict[PodKey, Miss]:
         """The current misses, by the webhook's decision on today's facts."""

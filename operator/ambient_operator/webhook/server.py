@@ -503,7 +503,6 @@ def register(operator: Operator) -> Webhook:
         dataplane.workaround_misses = count
 
     webhook.misses = MissTracker(operator.state, operator.events, webhook.context, report)
-    misses = webhook.misses
     reg = operator.registry
 
     @kopf.on.startup(registry=reg)
@@ -534,9 +533,5 @@ def register(operator: Operator) -> Webhook:
     def webhook_runtime_class_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         webhook.runtime_class_event(type, body)
 
-    @kopf.on.event("", "v1", "pods", registry=reg, id="webhook-pods")
-    async def webhook_pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
-        # On the event loop, where the reconcile's `misses.check` reads what it records.
-        misses.observe(type, body)
-
+    # Pods reach `misses` from the operator's pod informer (ambient_operator.pods).
     return webhook
