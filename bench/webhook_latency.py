@@ -15,6 +15,7 @@ operator's metrics. The goal is p99 added latency under 20 ms.
 from __future__ import annotations
 
 import argparse
+import base64
 import os
 import signal
 import socket
@@ -25,6 +26,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +40,12 @@ from ambient_operator.devcluster import (
     create_nodes,
     default_bin_dir,
 )
+from ambient_operator.webhook import certs
 from ambient_operator.webhook import decide as d
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_NODES = ROOT / "operator/ambient_operator/samples/nodes-mixed.yaml"
+NULL_WEBHOOK = "null.bench.ambientoperator.io"
 
 
 def _free_port() -> int:
@@ -87,6 +91,49 @@ def _metric(port: int, name: str) -> float:
     return 0.0
 
 
+def _server_webhook_histogram(api: client.ApiClient, exclude: str = NULL_WEBHOOK) -> dict[str, Any]:
+    """The API server's own timing of its calls to our webhook (its metrics endpoint).
+
+    Calls to the `exclude` webhook (the no-op one) are left out.
+
+    `apiserver_admission_webhook_admission_duration_seconds` covers the call as
+    the API server sees it: connection, TLS, our handler, the answer. Returns
+    the count, the mean and the cumulative buckets (seconds -> count).
+    """
+    text = api.call_api(
+        *api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])[:2],
+        header_params={"Accept": "text/plain"},
+    )
+    text.read()
+    body = (text.data or b"").decode()
+    name = "apiserver_admission_webhook_admission_duration_seconds"
+    buckets: dict[float, float] = {}
+    total = count = 0.0
+    for line in body.splitlines():
+        if not line.startswith(name) or 'type="admit"' not in line or f'"{exclude}"' in line:
+            continue
+        value = float(line.rsplit(" ", 1)[1])
+        if line.startswith(name + "_bucket"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            bound = float("inf") if le == "+Inf" else float(le)
+            buckets[bound] = buckets.get(bound, 0.0) + value
+        elif line.startswith(name + "_sum"):
+            total += value
+        elif line.startswith(name + "_count"):
+            count += value
+    return {"count": count, "mean": total / count if count else 0.0, "buckets": buckets}
+
+
+def _bucket_quantile(buckets: dict[float, float], q: float) -> float:
+    """The upper bound of the bucket holding quantile q (a histogram's resolution)."""
+    bounds = sorted(buckets)
+    total = buckets[bounds[-1]] if bounds else 0.0
+    for bound in bounds:
+        if buckets[bound] >= q * total:
+            return bound
+    return float("nan")
+
+
 def _creator(
     kubeconfig: Path,
     namespaces: dict[str, str],
@@ -97,10 +144,11 @@ def _creator(
 ) -> None:
     with api_client_for(kubeconfig) as api:
         core = client.CoreV1Api(api)
+        kinds = [k for k in ("with", "without", "null") if k in namespaces]
         for i in range(count):
-            # Alternate which goes first so neither side always meets a warmer server.
-            order = ("with", "without") if i % 2 == 0 else ("without", "with")
-            for kind in order:
+            # Rotate which goes first so no side always meets a warmer server.
+            shift = i % len(kinds)
+            for kind in kinds[shift:] + kinds[:shift]:
                 started = time.perf_counter()
                 core.create_namespaced_pod(namespaces[kind], _pod(f"{name}-{i}"))
                 elapsed = time.perf_counter() - started
@@ -112,7 +160,9 @@ def _round(
     kubeconfig: Path, namespaces: dict[str, str], creators: int, per_creator: int, prefix: str
 ) -> dict[str, list[float]]:
     """`creators` threads each creating `per_creator` pods in each namespace."""
-    results: dict[str, list[float]] = {"with": [], "without": []}
+    results: dict[str, list[float]] = {
+        k: [] for k in ("with", "without", "null") if k in namespaces
+    }
     lock = threading.Lock()
     threads = [
         threading.Thread(
@@ -176,6 +226,57 @@ def _start_operator(
         )  # fmt: skip
 
 
+def _start_null_webhook(
+    api: client.ApiClient, workdir: Path, namespace: str
+) -> subprocess.Popen[bytes]:
+    """bench/null_webhook.py on a port of its own, registered for `namespace` only."""
+    material = certs.generate(["127.0.0.1"], datetime.now(UTC))
+    cert, key = workdir / "null.crt", workdir / "null.key"
+    cert.write_bytes(material.cert)
+    key.write_bytes(material.key)
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "null_webhook.py"), "--port", str(port),
+         "--cert-file", str(cert), "--key-file", str(key)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    client.AdmissionregistrationV1Api(api).create_mutating_webhook_configuration(
+        {
+            "metadata": {"name": "bench-null-webhook"},
+            "webhooks": [
+                {
+                    "name": NULL_WEBHOOK,
+                    "admissionReviewVersions": ["v1"],
+                    "clientConfig": {
+                        "url": f"https://127.0.0.1:{port}/mutate",
+                        "caBundle": base64.b64encode(material.ca_bundle).decode(),
+                    },
+                    "rules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["pods"],
+                            "scope": "Namespaced",
+                        }
+                    ],
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": namespace}
+                    },
+                    "failurePolicy": "Ignore",
+                    "sideEffects": "None",
+                    "timeoutSeconds": 10,
+                }
+            ],
+        }
+    )
+    return proc
+
+
+def _has_init(pod: Any, name: str) -> bool:
+    return any(ct.name == name for ct in pod.spec.init_containers or [])
+
+
 def _setup(api: client.ApiClient, namespaces: dict[str, str]) -> None:
     core = client.CoreV1Api(api)
     create_nodes(api, SAMPLE_NODES, timeout=60)
@@ -205,7 +306,12 @@ def measure(
     Returns `idle` and `load` ({"with": [...], "without": [...]}), the count of
     pods carrying the init container, and the operator's mean times per review.
     """
-    namespaces = {"with": "bench-enrolled", "without": "bench-plain", "tls": "bench-tls"}
+    namespaces = {
+        "with": "bench-enrolled",
+        "without": "bench-plain",
+        "null": "bench-null",
+        "tls": "bench-tls",
+    }
 
     with (
         tempfile.TemporaryDirectory(prefix="webhook-bench-") as tmp,
@@ -217,6 +323,7 @@ def measure(
         port, metrics_port = _free_port(), _free_port()
         proc = _start_operator(cluster, Path(tmp) / "operator.log", port, metrics_port,
                                namespaces["tls"])  # fmt: skip
+        null = _start_null_webhook(api, Path(tmp), namespaces["null"])
         try:
 
             def mutated() -> bool:
@@ -224,19 +331,26 @@ def measure(
                 return any(ct.name == d.CONTAINER_NAME for ct in out.spec.init_containers or [])
 
             _wait(mutated, 90, "the webhook")
+
+            def null_mutated() -> bool:
+                out = core.create_namespaced_pod(namespaces["null"], _pod("probe"), dry_run="All")
+                return _has_init(out, "null-webhook")
+
+            _wait(null_mutated, 60, "the null webhook")
             idle = _dry_runs(core, namespaces, dry_runs)
             _round(cluster.kubeconfig, namespaces, creators, warmup, "warm")
             results = _round(cluster.kubeconfig, namespaces, creators, pods_per_creator, "bench")
             stored = core.list_namespaced_pod(namespaces["with"]).items
-            injected = sum(
-                1
-                for p in stored
-                if any(ct.name == d.CONTAINER_NAME for ct in p.spec.init_containers or [])
-            )
+            injected = sum(1 for p in stored if _has_init(p, d.CONTAINER_NAME))
+            null_stored = core.list_namespaced_pod(namespaces["null"]).items
+            null_injected = sum(1 for p in null_stored if _has_init(p, "null-webhook"))
+            seen_by_server = _server_webhook_histogram(api)
             reviews = _metric(metrics_port, "ambient_operator_webhook_decision_seconds_count")
             decide_sum = _metric(metrics_port, "ambient_operator_webhook_decision_seconds_sum")
             serve_sum = _metric(metrics_port, "ambient_operator_webhook_request_seconds_sum")
         finally:
+            null.kill()
+            null.wait()
             proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(timeout=30)
@@ -244,11 +358,14 @@ def measure(
                 proc.kill()
 
     return {
+        "server_webhook": seen_by_server,
         "creators": creators,
         "idle": idle,
         "load": results,
         "injected": injected,
         "stored": len(stored),
+        "null_injected": null_injected,
+        "null_stored": len(null_stored),
         "reviews": reviews,
         "decision_ms": decide_sum / reviews * 1000 if reviews else 0.0,
         "review_ms": serve_sum / reviews * 1000 if reviews else 0.0,
@@ -273,10 +390,29 @@ def main() -> int:
           f"{m['injected']}/{m['stored']}")  # fmt: skip
     _report("idle cluster, sequential dry-run creates", m["idle"])
     added = _report(f"{args.creators} concurrent creators, real creates", m["load"])
+    print(
+        f"pods in the null webhook's namespace it patched: {m['null_injected']}/{m['null_stored']}"
+    )
+    null_added = _report(
+        "the same creates: a webhook doing no work (bench/null_webhook.py) vs none",
+        {"with": m["load"]["null"], "without": m["load"]["without"]},
+    )
+    print(
+        f"p99 added: by the operator's webhook {added:.2f} ms, by a no-op one {null_added:.2f} ms"
+    )
     if m["reviews"]:
         print(
             f"in the operator, mean per review over {int(m['reviews'])}: decision "
             f"{m['decision_ms']:.3f} ms, whole review {m['review_ms']:.3f} ms"
+        )
+    server = m["server_webhook"]
+    if server["count"]:
+        p50 = _bucket_quantile(server["buckets"], 0.5) * 1000
+        p99 = _bucket_quantile(server["buckets"], 0.99) * 1000
+        print(
+            f"the API server's own timing of its {int(server['count'])} webhook calls: mean "
+            f"{server['mean'] * 1000:.2f} ms, p50 <= {p50:g} ms, p99 <= {p99:g} ms "
+            "(histogram buckets)"
         )
     target = 20.0
     verdict = "meets" if added < target else "MISSES"
