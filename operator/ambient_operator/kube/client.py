@@ -77,6 +77,44 @@ class Kube:
         self.field_manager = field_manager
         self.timeout = timeout
 
+    def _send(
+        self,
+        method: str,
+        path: str,
+        query: Iterable[tuple[str, str]],
+        *,
+        label: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | tuple[float, float] | None = None,
+    ) -> Any:
+        """Send one request and return the unread response; errors become KubeError.
+
+        `label` is the method as counted in the requests metric.
+        """
+        try:
+            _, url, headers, payload, _ = self.api.param_serialize(
+                method,
+                path,
+                query_params=list(query),
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            return self.api.call_api(
+                method,
+                url,
+                header_params=headers,
+                body=payload,
+                _request_timeout=self.timeout if timeout is None else timeout,
+            )
+        except ApiException as exc:
+            metrics.API_REQUESTS.labels(method=label, code=str(exc.status or 0)).inc()
+            raise KubeError.from_api(exc) from None
+        except (OSError, urllib3.exceptions.HTTPError) as exc:
+            metrics.API_REQUESTS.labels(method=label, code="0").inc()
+            raise KubeError(0, "ConnectionError", str(exc)) from None
+
     def request(
         self,
         method: str,
@@ -87,22 +125,11 @@ class Kube:
         content_type: str = "application/json",
     ) -> Any:
         """One API call; raises KubeError on any non-2xx answer."""
+        response = self._send(
+            method, path, query, label=method, body=body, content_type=content_type
+        )
         try:
-            _, url, headers, payload, _ = self.api.param_serialize(
-                method,
-                path,
-                query_params=list(query),
-                header_params={"Content-Type": content_type, "Accept": "application/json"},
-                body=body,
-                auth_settings=["BearerToken"],
-            )
-            response = self.api.call_api(
-                method, url, header_params=headers, body=payload, _request_timeout=self.timeout
-            )
             response.read()
-        except ApiException as exc:
-            metrics.API_REQUESTS.labels(method=method, code=str(exc.status or 0)).inc()
-            raise KubeError.from_api(exc) from None
         except (OSError, urllib3.exceptions.HTTPError) as exc:
             metrics.API_REQUESTS.labels(method=method, code="0").inc()
             raise KubeError(0, "ConnectionError", str(exc)) from None
@@ -119,23 +146,7 @@ class Kube:
         self, path: str, query: Iterable[tuple[str, str]], read_timeout: float
     ) -> urllib3.BaseHTTPResponse:
         """A GET whose body is read as it arrives (a watch); the caller closes it."""
-        try:
-            _, url, headers, _, _ = self.api.param_serialize(
-                "GET",
-                path,
-                query_params=list(query),
-                header_params={"Accept": "application/json"},
-                auth_settings=["BearerToken"],
-            )
-            response = self.api.call_api(
-                "GET", url, header_params=headers, _request_timeout=(10.0, read_timeout)
-            )
-        except ApiException as exc:
-            metrics.API_REQUESTS.labels(method="WATCH", code=str(exc.status or 0)).inc()
-            raise KubeError.from_api(exc) from None
-        except (OSError, urllib3.exceptions.HTTPError) as exc:
-            metrics.API_REQUESTS.labels(method="WATCH", code="0").inc()
-            raise KubeError(0, "ConnectionError", str(exc)) from None
+        response = self._send("GET", path, query, label="WATCH", timeout=(10.0, read_timeout))
         raw: urllib3.BaseHTTPResponse = response.response
         status = int(raw.status)
         metrics.API_REQUESTS.labels(method="WATCH", code=f"{status // 100}xx").inc()
@@ -167,7 +178,7 @@ class Kube:
             item.setdefault("kind", kind.kind)
         return items
 
-    def iter_list(
+    def pages(
         self,
         kind: Kind,
         namespace: str | None = None,
@@ -175,7 +186,7 @@ class Kube:
         page_size: int = 500,
         field_selector: str | None = None,
     ) -> Iterator[dict[str, Any]]:
-        """Like `list`, a page at a time: memory stays flat however many objects exist."""
+        """The list responses of a kind, `page_size` items each (the last carries its version)."""
         token = ""
         while True:
             query = [("limit", str(page_size))]
@@ -185,14 +196,26 @@ class Kube:
                 query.append(("fieldSelector", field_selector))
             if token:
                 query.append(("continue", token))
-            result = self.request("GET", kind.collection(namespace), query=query)
-            for item in result.get("items", []):
+            page: dict[str, Any] = self.request("GET", kind.collection(namespace), query=query)
+            yield page
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return
+
+    def iter_list(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        page_size: int = 500,
+        field_selector: str | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """Like `list`, a page at a time: memory stays flat however many objects exist."""
+        for page in self.pages(kind, namespace, label_selector, page_size, field_selector):
+            for item in page.get("items", []):
                 item.setdefault("apiVersion", kind.api_version)
                 item.setdefault("kind", kind.kind)
                 yield item
-            token = (result.get("metadata") or {}).get("continue") or ""
-            if not token:
-                return
 
     def apply(self, obj: Mapping[str, Any], *, force: bool = True) -> dict[str, Any]:
         """Server-side apply under our field manager."""

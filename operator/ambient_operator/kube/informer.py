@@ -160,25 +160,17 @@ class Informer(Generic[T]):
     def _list(self) -> str:
         seen: set[Key] = set()
         version = ""
-        token = ""
-        while True:
-            query = [("limit", str(self.page_size))]
-            if self.label_selector:
-                query.append(("labelSelector", self.label_selector))
-            if token:
-                query.append(("continue", token))
-            page = self.kube.request("GET", self.kind.collection(), query=query)
-            changes: list[Change[T] | None] = []
+        changes: list[Change[T] | None] = []
+        for page in self.kube.pages(
+            self.kind, label_selector=self.label_selector, page_size=self.page_size
+        ):
+            self._emit(changes)  # the previous page, now that this one came
+            changes = []
             for obj in page.get("items") or []:
                 key = key_of(obj)
                 seen.add(key)
                 changes.append(Change("ADDED", key, self.record(obj)))
-            meta = page.get("metadata") or {}
-            token = meta.get("continue") or ""
-            if not token:
-                version = str(meta.get("resourceVersion") or "")
-                break
-            self._emit(changes)
+            version = str((page.get("metadata") or {}).get("resourceVersion") or "")
         # Objects deleted while we were not watching: the consumer must forget them.
         changes += [Change("DELETED", key, None) for key in self._known - seen]
         changes.append(None)
