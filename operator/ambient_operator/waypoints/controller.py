@@ -702,10 +702,15 @@ class WaypointController:
         gateway = self.gateways.get(key)
         if gateway is None or gateway["metadata"].get("deletionTimestamp"):
             return True  # garbage collection removes what the Gateway owned
-        if (self.state.namespaces.get(key[0]) or {}).get("terminating"):
-            # The namespace controller is deleting everything in it; a write
-            # (say, restoring the ServiceAccount it just deleted) would be refused.
-            return True
+        namespace = self.state.namespaces.get(key[0])
+        if namespace is None or namespace.get("terminating"):
+            # Nothing can be created in a namespace that is going or gone: a
+            # write (say, restoring the ServiceAccount the namespace controller
+            # just deleted) is refused, again on every retry. A Gateway can
+            # outlive its namespace when that controller fails (seen in the
+            # suite, 404 on every write for minutes). A namespace not seen yet
+            # (its event behind the Gateway's) is retried with backoff.
+            return namespace is not None
         owned = dict(self.objects.get(key, {}))
         gateway_class = self.classes.get(str((gateway.get("spec") or {}).get("gatewayClassName")))
         if not wr.class_is_ours(gateway_class, spec.waypoints.controller_name):
