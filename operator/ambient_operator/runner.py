@@ -33,6 +33,7 @@ from ambient_operator.kube.informer import Informer
 from ambient_operator.kube.resources import KINDS
 from ambient_operator.leader import LeaderElector
 from ambient_operator.metrics import serve as serve_metrics
+from ambient_operator.pacing import Pacer
 from ambient_operator.pods import PodFeed, PodRecord
 from ambient_operator.state import ClusterState
 from ambient_operator.waypoints.controller import register as register_waypoints
@@ -119,8 +120,9 @@ class Operator:
 
     def __init__(self, options: Options) -> None:
         self.options = options
-        self._last_pass_end = float("-inf")
-        self._gap = 0.0
+        self.pacer = Pacer(
+            debounce=options.debounce_seconds, idle_debounce=options.idle_debounce_seconds
+        )
         if options.kubeconfig:
             # kopf's own login reads the kubeconfig the standard way.
             os.environ["KUBECONFIG"] = options.kubeconfig
@@ -346,24 +348,43 @@ class Operator:
         return f"{info.get('major', '1')}.{minor}" if minor else "1.37"
 
     # -- the loop -------------------------------------------------------------
-    async def _settle(self, debounce: float) -> None:
+    async def _settle(self) -> None:
         """Wait for a quiet moment (or the max delay) so a burst is one reconcile."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         while True:
             self.state.trigger.clear()
-            limit = (
-                self.options.max_delay_seconds
-                if self.state.urgent
-                else self.options.status_delay_seconds
-            )
-            left = started + limit - loop.time()
+            urgent = self.state.urgent
+            limit = self.options.max_delay_seconds if urgent else self.options.status_delay_seconds
+            now = loop.time()
+            left = started + limit - now
             if left <= 0:
                 return
+            # Picked again on every change: an urgent one arriving while status
+            # news settles must not wait the longer debounce.
+            debounce = self.pacer.debounce_for(now, urgent)
             try:
                 await asyncio.wait_for(self.state.trigger.wait(), timeout=min(debounce, left))
             except TimeoutError:
                 return
+
+    async def _space_out(self) -> None:
+        """Under sustained churn, leave growing gaps between passes (see pacing.py).
+
+        A wait built up by status churn ends early when an isolated urgent
+        change arrives.
+        """
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        wait = self.pacer.woke(now, self.state.urgent)
+        deadline = now + wait
+        while True:
+            now = loop.time()
+            if now >= deadline or self.pacer.urgent_is_isolated(now, self.state.urgent):
+                return
+            self.state.trigger.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.state.trigger.wait(), timeout=deadline - now)
 
     async def loop(self) -> None:
         """Reconcile on every trigger and on the resync period, while we lead."""
@@ -373,15 +394,14 @@ class Operator:
                 await asyncio.wait_for(
                     self.state.trigger.wait(), timeout=self.options.resync_seconds
                 )
-            idle = await self._space_out()
-            await self._settle(
-                self.options.idle_debounce_seconds
-                if idle and self.state.urgent
-                else self.options.debounce_seconds
-            )
-            self.state.urgent = False
+            loop = asyncio.get_running_loop()
+            woke = loop.time()
+            await self._space_out()
+            await self._settle()
+            urgent, self.state.urgent = self.state.urgent, False
             if self.elector is not None and not self.elector.leading:
                 continue  # the elector pokes us when we take over
+            started = loop.time()
             try:
                 # Count the misses first, so the status this pass writes carries the
                 # count; tell about them (Events, slow) after everything else.
@@ -401,24 +421,18 @@ class Operator:
                 log.exception("reconcile pass failed; retrying")
                 await asyncio.sleep(1)
                 self.state.trigger.set()
-            self._last_pass_end = asyncio.get_running_loop().time()
-
-    async def _space_out(self) -> bool:
-        """Under sustained churn, leave growing gaps between passes; True when idle.
-
-        An isolated change is handled at once; a stream of them (200 nodes
-        joining, a rollout) is folded into a handful of passes: each pass
-        that follows another closely doubles the gap, up to 5 s.
-        """
-        loop = asyncio.get_running_loop()
-        since = loop.time() - self._last_pass_end
-        if since < 2.0:
-            self._gap = min(max(self._gap * 2, 0.5), 5.0)
-        else:
-            self._gap = 0.0
-        if self._gap > since:
-            await asyncio.sleep(self._gap - since)
-        return self._gap == 0.0
+            ended = loop.time()
+            self.pacer.ended(ended, urgent)
+            # One line per pass (passes are spaced out under churn): when a change
+            # seems ignored, this tells whether a pass ran, and what it waited for.
+            log.info(
+                "reconcile pass: urgent=%s waited=%.3fs took=%.3fs nodes=%d namespaces=%d",
+                urgent,
+                started - woke,
+                ended - started,
+                len(self.state.nodes),
+                len(self.state.namespaces),
+            )
 
     def run(self) -> None:
         """Run until SIGINT/SIGTERM."""
