@@ -51,6 +51,7 @@ GATEWAY = KINDS[(c.GATEWAY_API_VERSION, "Gateway")]
 GATEWAY_CLASS = KINDS[(c.GATEWAY_API_VERSION, "GatewayClass")]
 CONFIG_MAP = KINDS[("v1", "ConfigMap")]
 SERVICE_ACCOUNT = KINDS[("v1", "ServiceAccount")]
+NAMESPACE = KINDS[("v1", "Namespace")]
 # Gateways reconciled at once; each makes a few API calls from a thread.
 CONCURRENCY = 16
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
@@ -703,14 +704,20 @@ class WaypointController:
         if gateway is None or gateway["metadata"].get("deletionTimestamp"):
             return True  # garbage collection removes what the Gateway owned
         namespace = self.state.namespaces.get(key[0])
-        if namespace is None or namespace.get("terminating"):
-            # Nothing can be created in a namespace that is going or gone: a
-            # write (say, restoring the ServiceAccount the namespace controller
-            # just deleted) is refused, again on every retry. A Gateway can
-            # outlive its namespace when that controller fails (seen in the
-            # suite, 404 on every write for minutes). A namespace not seen yet
-            # (its event behind the Gateway's) is retried with backoff.
-            return namespace is not None
+        # Nothing can be created in a namespace that is going or gone: a write
+        # (say, restoring the ServiceAccount the namespace controller just
+        # deleted) is refused, again on every retry. A Gateway can outlive its
+        # namespace when that controller fails (seen in the suite: 404 on every
+        # write for minutes), so one the cache does not know is asked about once.
+        if namespace is None:
+            live = await self._call(self.kube.get, NAMESPACE, key[0])
+            if live is None:
+                return True  # gone; its Gateways go with it, nothing to retry
+            # There, but its event is still behind the Gateway's.
+            if live["metadata"].get("deletionTimestamp"):
+                return True
+        elif namespace.get("terminating"):
+            return True
         owned = dict(self.objects.get(key, {}))
         gateway_class = self.classes.get(str((gateway.get("spec") or {}).get("gatewayClassName")))
         if not wr.class_is_ours(gateway_class, spec.waypoints.controller_name):
