@@ -776,8 +776,14 @@ def test_fuzzed_input_is_rejected_or_handled(
             tally("node accepted")
 
             def counted() -> bool:
-                total = len(core.list_node().items)
-                return int(_mesh(k8s)["status"]["nodes"]["total"]) == total
+                names = sorted(n.metadata.name for n in core.list_node().items)
+                status = _mesh(k8s)["status"]
+                # As an exception, so a timeout shows the last values seen.
+                assert int(status["nodes"]["total"]) == len(names), (
+                    f"status counts {status['nodes']['total']} nodes, the cluster has "
+                    f"{len(names)}: {names}; conditions {status.get('conditions')}"
+                )
+                return True
 
             waits.append(("the status to count every node", counted))
         try:
