@@ -17,7 +17,7 @@ import os
 import socket
 import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,7 @@ from ambient_operator.metrics import serve as serve_metrics
 from ambient_operator.pacing import Pacer
 from ambient_operator.pods import PodFeed, PodRecord
 from ambient_operator.state import ClusterState
+from ambient_operator.sweep import Key, Target, run_sweeps
 from ambient_operator.waypoints.controller import register as register_waypoints
 from ambient_operator.webhook import WebhookOptions
 from ambient_operator.webhook import register as register_webhook
@@ -45,6 +46,9 @@ MANAGED = {c.LABEL_MANAGED_BY: c.MANAGED_BY}
 SWITCH_INTERVAL_SECONDS = 0.0005
 # The pod informer's first list, which the first pass waits for.
 PRIME_SECONDS = 120.0
+# kopf lists every kind again once start-up is done; the first sweep (sweep.py)
+# comes after those lists, so what was deleted between them and ours is forgotten.
+FIRST_SWEEP_SECONDS = 5.0
 # Every handler of these kinds (here and in waypoints/) filters on our labels.
 SELF_ONLY_PLURALS = ("daemonsets", "serviceaccounts", "clusterroles", "clusterrolebindings")
 OWNED_API_KINDS = [
@@ -263,7 +267,7 @@ class Operator:
                 old = state.namespaces.get(name)
                 new = namespace_entry(body)
                 state.namespaces[name] = new
-                if old == new:
+                if old is not None and same_namespace(old, new):
                     return
             state.poke()
 
@@ -290,6 +294,15 @@ class Operator:
                 self.pod_informer.start()
             await asyncio.to_thread(self.prime)
             memo["loop"] = asyncio.create_task(self.loop(), name="reconcile-loop")
+            memo["sweep"] = asyncio.create_task(
+                run_sweeps(
+                    self.kube,
+                    self.sweep_targets,
+                    FIRST_SWEEP_SECONDS,
+                    self.options.resync_seconds,
+                ),
+                name="cache-sweep",
+            )
             if self.elector is not None:
                 memo["elector"] = asyncio.create_task(
                     self.elector.run(lambda _leading: state.poke()), name="leader-election"
@@ -297,7 +310,7 @@ class Operator:
 
         @kopf.on.cleanup(registry=reg)
         async def stop_loop(memo: kopf.Memo, **_: Any) -> None:
-            for key in ("loop", "elector"):
+            for key in ("loop", "sweep", "elector"):
                 task = memo.get(key)
                 if task is not None:
                     task.cancel()
@@ -341,6 +354,80 @@ class Operator:
             if exc.status != 404:  # Gateway API not installed: nothing to know
                 raise
         state.poke()
+
+    def sweep_targets(self) -> list[Target]:
+        """Every cache a watch keeps, for sweep.py; the waypoint controller's included."""
+        state = self.state
+
+        def forget_in(cache: dict[Any, Any], key_of_entry: Callable[[Key], Any]) -> Any:
+            def forget(key: Key) -> None:
+                if cache.pop(key_of_entry(key), None) is not None:
+                    state.poke()
+
+            return forget
+
+        def forget_mesh(_key: Key) -> None:
+            state.mesh = None
+            state.poke()
+
+        mesh_kind = KINDS[(f"{c.API_GROUP}/{c.API_VERSION}", c.KIND)]
+        targets = [
+            Target(
+                mesh_kind,
+                lambda: {("", c.MESH_NAME): state.mesh} if state.mesh else {},
+                forget_mesh,
+                field_selector=f"metadata.name={c.MESH_NAME}",
+            ),
+            Target(
+                KINDS[("v1", "Node")],
+                lambda: {("", name): node for name, node in state.nodes.items()},
+                forget_in(state.nodes, lambda key: key[1]),
+            ),
+            Target(
+                KINDS[("v1", "Namespace")],
+                lambda: {("", name): ns for name, ns in state.namespaces.items()},
+                forget_in(state.namespaces, lambda key: key[1]),
+            ),
+            Target(
+                KINDS[("v1", "Service")],
+                lambda: dict(state.services),
+                forget_in(state.services, lambda key: key),
+            ),
+            Target(
+                KINDS[("apps/v1", "Deployment")],
+                lambda: dict(state.deployments),
+                forget_in(state.deployments, lambda key: key),
+            ),
+            Target(
+                KINDS[("gateway.networking.k8s.io/v1", "Gateway")],
+                lambda: dict(state.gateways),
+                forget_in(state.gateways, lambda key: key),
+            ),
+        ]
+
+        def owned_target(api_version: str, kind_name: str) -> Target:
+            def cached() -> dict[Key, dict[str, Any]]:
+                return {
+                    (key[2], key[3]): obj
+                    for key, obj in state.owned.items()
+                    if key[0] == api_version and key[1] == kind_name
+                }
+
+            def forget(key: Key) -> None:
+                obj = state.owned.get((api_version, kind_name, *key))
+                if obj is not None:
+                    state.remember_owned(obj, deleted=True)
+                    state.poke()  # one of ours is gone: put it back
+
+            return Target(
+                KINDS[(api_version, kind_name)],
+                cached,
+                forget,
+                label_selector=f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY}",
+            )
+
+        targets += [owned_target(*kind) for kind in OWNED_API_KINDS]
+        return targets + self.waypoints.sweep_targets()
 
     def _kube_version(self) -> str:
         info = self.kube.request("GET", "/version")
@@ -474,11 +561,25 @@ def namespace_entry(ns: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Namespace",
-        "metadata": {"name": meta.get("name"), "uid": meta.get("uid")},
+        # The version tells a sweep whether the entry is older than its list.
+        "metadata": {
+            "name": meta.get("name"),
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+        },
         "labels": dict(meta.get("labels") or {}),
         # Nothing can be created in a terminating namespace; writers skip it.
         "terminating": bool(meta.get("deletionTimestamp")),
     }
+
+
+def same_namespace(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether two namespace entries differ in nothing but their resourceVersion."""
+    return (
+        old.get("labels") == new.get("labels")
+        and old.get("terminating") == new.get("terminating")
+        and (old.get("metadata") or {}).get("uid") == (new.get("metadata") or {}).get("uid")
+    )
 
 
 def connection_info(cfg: Any) -> kopf.ConnectionInfo:

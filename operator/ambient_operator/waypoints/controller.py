@@ -37,8 +37,9 @@ from ambient_operator.apply import LABEL_CONTROLLER, ObjectKey, Owner, key_of, p
 from ambient_operator.enrollment import namespace_problems
 from ambient_operator.events import EventRecorder, now_rfc3339
 from ambient_operator.kube.client import Kube, KubeError
-from ambient_operator.kube.resources import KINDS, kind_of
+from ambient_operator.kube.resources import KINDS, Kind, kind_of
 from ambient_operator.state import ClusterState
+from ambient_operator.sweep import Target
 from ambient_operator.waypoints import render as wr
 from ambient_operator.waypoints import status as ws
 
@@ -291,16 +292,82 @@ class WaypointController:
                 self._poke()
             return
         meta = body.get("metadata") or {}
-        summary = {
+        old = self.services.get(key)
+        # The version is kept for sweep.py; it is no change by itself.
+        self.services[key] = {
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": {"name": key[1], "namespace": key[0], "uid": meta.get("uid")},
+            "metadata": {
+                "name": key[1],
+                "namespace": key[0],
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
             "labels": relevant,
         }
-        if self.services.get(key) != summary:
-            self.services[key] = summary
+        if old is None or old["labels"] != relevant or old["metadata"]["uid"] != meta.get("uid"):
             self.services_dirty = True
             self._poke()
+
+    def sweep_targets(self) -> list[Target]:
+        """This controller's caches, for sweep.py: what a watch may never report deleted."""
+        ours = f"{LABEL_CONTROLLER}={wr.CONTROLLER}"
+
+        def stub(kind: Kind, key: GatewayKey) -> dict[str, Any]:
+            meta = {"name": key[1], **({"namespace": key[0]} if key[0] else {})}
+            return {"apiVersion": kind.api_version, "kind": kind.kind, "metadata": meta}
+
+        def owned(kind: Kind) -> dict[GatewayKey, dict[str, Any]]:
+            return {
+                (okey[2], okey[3]): obj
+                for objects in self.objects.values()
+                for okey, obj in objects.items()
+                if okey[0] == kind.api_version and okey[1] == kind.kind
+            }
+
+        def owned_target(kind: Kind) -> Target:
+            def forget(key: GatewayKey) -> None:
+                obj = owned(kind).get(key)
+                if obj is not None:
+                    self.on_owned("DELETED", obj)
+
+            return Target(kind, lambda: owned(kind), forget, label_selector=ours)
+
+        targets = [
+            Target(
+                GATEWAY_CLASS,
+                lambda: {("", name): cls for name, cls in self.classes.items()},
+                lambda key: self.on_gateway_class("DELETED", stub(GATEWAY_CLASS, key)),
+            ),
+            Target(
+                GATEWAY,
+                lambda: dict(self.gateways),
+                lambda key: self.on_gateway("DELETED", stub(GATEWAY, key)),
+            ),
+            Target(
+                KINDS[("v1", "Service")],
+                lambda: dict(self.services),
+                lambda key: self.on_service("DELETED", stub(KINDS[("v1", "Service")], key)),
+                label_selector=c.LABEL_USE_WAYPOINT,
+            ),
+            Target(
+                CONFIG_MAP,
+                lambda: {
+                    key: cm
+                    for key, cm in self.config_maps.items()
+                    if cm is not None
+                    and _labels(cm).get(c.LABEL_DEFAULTS_FOR_CLASS) == c.ISTIO_WAYPOINT_CLASS
+                },
+                # The cached copy: its labels say whether it held the class defaults.
+                lambda key: self.on_config_map(
+                    "DELETED", self.config_maps.get(key) or stub(CONFIG_MAP, key)
+                ),
+                label_selector=f"{c.LABEL_DEFAULTS_FOR_CLASS}={c.ISTIO_WAYPOINT_CLASS}",
+            ),
+        ]
+        owned_kinds = (KINDS[("apps/v1", "Deployment")], KINDS[("v1", "Service")], SERVICE_ACCOUNT)
+        targets += [owned_target(kind) for kind in owned_kinds]
+        return targets
 
     def _drop_reader(self, reader: str) -> None:
         self._set_reads(reader, ())
