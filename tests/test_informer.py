@@ -183,3 +183,21 @@ def test_an_expired_version_lists_again(tmp_path: Path, loop: asyncio.AbstractEv
             wait_for(lambda: store.snapshot() == want, 30, "the watch after the relist")
         finally:
             informer.stop()
+
+
+def test_stop_tolerates_a_watch_that_closed_meanwhile(loop: asyncio.AbstractEventLoop) -> None:
+    """Seen in the suite: the watch ended on its own as stop() cut it (EBADF)."""
+
+    class Closed:
+        def shutdown(self) -> None:
+            raise OSError(9, "Bad file descriptor")
+
+    informer: Informer[str] = Informer(
+        None,  # type: ignore[arg-type]  # never used: the thread is not started
+        CONFIG_MAP,
+        _record,
+        lambda changes: None,
+        loop,
+    )
+    informer._response = Closed()  # type: ignore[assignment]
+    informer.stop()  # no exception

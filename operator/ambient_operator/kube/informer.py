@@ -129,8 +129,10 @@ class Informer(Generic[T]):
         self._stopping.set()
         response = self._response
         if response is not None:
-            # Closing from another thread makes the blocked read fail at once.
-            response.shutdown()
+            # Closing from another thread makes the blocked read fail at once. The
+            # thread may have closed it meanwhile (the watch ended): nothing to cut.
+            with contextlib.suppress(OSError):
+                response.shutdown()
         if self._thread is not None:
             self._thread.join(timeout)
 
