@@ -641,8 +641,8 @@ def _reaction_section(results: dict[str, Any]) -> list[str]:
             "floor, which leaves the operator's own work almost no room within 2x; the chain "
             "floor is the fairer comparison. An idle operator first waits "
             f"{debounce['namespace'] * 1000:.0f} ms for more events (`idle_debounce_seconds` "
-            "in runner.py, `IDLE_DEBOUNCE_SECONDS` in waypoints/controller.py), so that one "
-            "`kubectl apply` of many objects is one pass; without that wait the operator's "
+            "in runner.py, `IDLE_DEBOUNCE_SECONDS` in waypoints/controller.py), so that "
+            "events delivered together are one pass; without that wait the operator's "
             "share of the p50 is about "
             + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in own.items())
             + f", against a chain floor of {chain * 1000:.0f} ms. That share is the pass "

@@ -75,8 +75,10 @@ class Options:
     lease_seconds: float = 15.0
     debounce_seconds: float = 0.2
     # A change reaching an idle operator is handled at once: only events
-    # arriving within this of each other (one `kubectl apply`) are folded.
-    idle_debounce_seconds: float = 0.02
+    # arriving within this of each other (delivered together) are folded. A
+    # `kubectl apply` of many objects may take two passes; the second waits
+    # behind the spacing of passes, so a larger stream still folds.
+    idle_debounce_seconds: float = 0.005
     max_delay_seconds: float = 1.0
     # Pod and rollout progress only changes status: batch it more.
     status_delay_seconds: float = 3.0

@@ -62,10 +62,10 @@ GATEWAY_API_RECHECK_SECONDS = 30.0
 # and no change waits longer than MAX_DELAY.
 DEBOUNCE_SECONDS = 0.1
 MAX_DELAY_SECONDS = 1.0
-# A change after a quiet second is handled at once (its own `kubectl apply`
-# still folds); passes are incremental, so a burst costs little more.
+# A change after a quiet second is handled at once (only events delivered
+# together fold); passes are incremental, so a burst costs little more.
 IDLE_AFTER_SECONDS = 1.0
-IDLE_DEBOUNCE_SECONDS = 0.02
+IDLE_DEBOUNCE_SECONDS = 0.005
 
 GatewayKey = tuple[str, str]
 T = TypeVar("T")
