@@ -4,33 +4,33 @@ from __future__ import annotations
 
 import pytest
 
-from ambient_operator.pacing import MAX_GAP_SECONDS, Pacer
+from ambient_operator.pacing import MAX_GAP_SECONDS, URGENT_BURST, Pacer
 
 
 def _pacer() -> Pacer:
-    return Pacer(debounce=0.2, idle_debounce=0.02)
+    return Pacer(debounce=0.2, idle_debounce=0.005)
 
 
 def test_an_isolated_change_goes_at_once_with_the_short_debounce() -> None:
     p = _pacer()
     assert p.woke(100.0, urgent=True) == 0.0
-    assert p.debounce_for(100.0, urgent=True) == 0.02
+    assert p.debounce_for(100.0, urgent=True) == 0.005
     # Status news alone is never hurried.
     assert p.woke(100.0, urgent=False) == 0.0
     assert p.debounce_for(100.0, urgent=False) == 0.2
 
 
-def test_a_stream_of_urgent_changes_is_spaced_by_doubling_gaps() -> None:
+def test_a_stream_of_urgent_changes_gets_a_few_quick_passes_then_doubling_gaps() -> None:
     p = _pacer()
     now, waits = 0.0, []
-    for _ in range(8):
+    for _ in range(10):
         wait = p.woke(now, urgent=True)
         waits.append(wait)
         now += wait + 0.1  # the pass takes 0.1 s
         p.ended(now, urgent=True)
         now += 0.05  # the next node event arrives right after
-    assert waits[0] == 0.0
-    gaps = [round(w + 0.05, 6) for w in waits[1:]]
+    assert waits[:URGENT_BURST] == [0.0] * URGENT_BURST
+    gaps = [round(w + 0.05, 6) for w in waits[URGENT_BURST:]]
     assert gaps == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0]
     assert max(waits) <= MAX_GAP_SECONDS
     # Inside the stream every change waits the longer debounce.
@@ -46,9 +46,12 @@ def test_a_quiet_spell_resets_the_gap() -> None:
     p.ended(2.0, urgent=False)
     assert p.woke(4.5, urgent=False) == 0.0
     assert p.gap == 0.0
+    # After the quiet spell, churn starts again from the smallest gap.
+    p.ended(4.6, urgent=False)
+    assert p.woke(4.7, urgent=False) == pytest.approx(0.4)
 
 
-def test_status_churn_does_not_delay_an_isolated_urgent_change() -> None:
+def test_status_churn_does_not_delay_an_urgent_change() -> None:
     p = _pacer()
     now = 0.0
     # Pods moving along: a status pass every 0.3 s builds up the gap.
@@ -58,11 +61,17 @@ def test_status_churn_does_not_delay_an_isolated_urgent_change() -> None:
         p.ended(now, urgent=False)
         now += 0.3
     assert p.woke(now, urgent=False) > 1.0
-    # A namespace label arriving now is not held behind that gap ...
-    assert p.urgent_is_isolated(now, urgent=True)
+    # A namespace label arriving now is not held behind that gap,
+    assert p.urgent_goes_now(now, urgent=True)
     assert p.woke(now, urgent=True) == 0.0
-    assert p.debounce_for(now, urgent=True) == 0.02
-    p.ended(now + 0.05, urgent=True)
-    # ... but a second one right after is part of a stream again.
-    assert not p.urgent_is_isolated(now + 0.1, urgent=True)
-    assert p.woke(now + 0.1, urgent=True) > 0
+    assert p.debounce_for(now, urgent=True) == 0.005
+
+
+def test_an_unrelated_change_just_before_does_not_delay_the_next() -> None:
+    # One urgent pass ended 20 ms ago (someone else's label): the next change
+    # still goes at once, it does not wait for the first gap.
+    p = _pacer()
+    p.woke(10.0, urgent=True)
+    p.ended(10.03, urgent=True)
+    assert p.woke(10.05, urgent=True) == 0.0
+    assert p.debounce_for(10.05, urgent=True) == 0.005

@@ -7,7 +7,6 @@ test_waypoint_cluster.py.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from typing import Any
 
@@ -731,44 +730,3 @@ def test_cli_gateway_shape() -> None:
     }
     assert gw["metadata"]["labels"] == {c.LABEL_WAYPOINT_FOR: "all"}
     assert wr.is_waypoint(gw)
-
-
-class _ReadOnlyKube:
-    """Answers GETs from a dict; any other call fails the test (no write is expected)."""
-
-    def __init__(self, objects: dict[tuple[str, str], dict[str, Any]]) -> None:
-        self.objects = objects
-        self.gets: list[tuple[str, str]] = []
-
-    def get(self, kind: Any, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-        self.gets.append((kind.kind, name))
-        return self.objects.get((kind.kind, name))
-
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"unexpected call Kube.{name}")
-
-
-@pytest.mark.parametrize(
-    ("cached", "live", "asked"),
-    [
-        (None, None, True),  # gone: the namespace controller failed to take the Gateway along
-        (None, {"deletionTimestamp": "2026-01-01T00:00:00Z"}, True),  # going, event not seen yet
-        ({"terminating": True}, None, False),  # going, known from the cache: no request
-    ],
-)
-def test_a_gateway_whose_namespace_is_going_or_gone_is_left_alone(
-    cached: dict[str, Any] | None, live: dict[str, Any] | None, asked: bool
-) -> None:
-    state = ClusterState()
-    if cached is not None:
-        state.namespaces["apps"] = {"metadata": {"name": "apps"}, **cached}
-    objects = {}
-    if live is not None:
-        objects[("Namespace", "apps")] = {"metadata": {"name": "apps", **live}}
-    kube = _ReadOnlyKube(objects)
-    ctl = WaypointController(state, kube, None)  # type: ignore[arg-type]
-    ctl.on_gateway("ADDED", gateway())
-    spec = AmbientMeshSpec.model_validate({})
-    # True: done, nothing to retry (a retry would only be refused again).
-    assert asyncio.run(ctl._reconcile_gateway(spec, ("apps", "waypoint"))) is True
-    assert kube.gets == ([("Namespace", "apps")] if asked else [])

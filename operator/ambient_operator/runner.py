@@ -460,8 +460,8 @@ class Operator:
     async def _space_out(self) -> None:
         """Under sustained churn, leave growing gaps between passes (see pacing.py).
 
-        A wait built up by status churn ends early when an isolated urgent
-        change arrives.
+        A wait built up by status churn ends early when an urgent change
+        arrives that may go at once.
         """
         loop = asyncio.get_running_loop()
         now = loop.time()
@@ -469,7 +469,7 @@ class Operator:
         deadline = now + wait
         while True:
             now = loop.time()
-            if now >= deadline or self.pacer.urgent_is_isolated(now, self.state.urgent):
+            if now >= deadline or self.pacer.urgent_goes_now(now, self.state.urgent):
                 return
             self.state.trigger.clear()
             with contextlib.suppress(TimeoutError):

@@ -38,6 +38,7 @@ from ambient_operator.enrollment import namespace_problems
 from ambient_operator.events import EventRecorder, now_rfc3339
 from ambient_operator.kube.client import Kube, KubeError
 from ambient_operator.kube.resources import KINDS, Kind, kind_of
+from ambient_operator.pacing import Pacer
 from ambient_operator.state import ClusterState
 from ambient_operator.sweep import Target
 from ambient_operator.waypoints import render as wr
@@ -62,9 +63,9 @@ GATEWAY_API_RECHECK_SECONDS = 30.0
 # and no change waits longer than MAX_DELAY.
 DEBOUNCE_SECONDS = 0.1
 MAX_DELAY_SECONDS = 1.0
-# A change after a quiet second is handled at once (only events delivered
-# together fold); passes are incremental, so a burst costs little more.
-IDLE_AFTER_SECONDS = 1.0
+# A change to a loop that made few passes lately is handled at once (only
+# events delivered together fold; see pacing.py); passes are incremental, so
+# a burst costs little more.
 IDLE_DEBOUNCE_SECONDS = 0.005
 
 GatewayKey = tuple[str, str]
@@ -481,19 +482,18 @@ class WaypointController:
     async def run(self, leading: Callable[[], bool]) -> None:
         """Reconcile soon after each change, while `leading()` says we may write."""
         loop = asyncio.get_running_loop()
-        last_end = float("-inf")
+        # Every change here is one a user waits for (a Gateway, its objects).
+        pacer = Pacer(debounce=DEBOUNCE_SECONDS, idle_debounce=IDLE_DEBOUNCE_SECONDS)
         while True:
             await self.wake.wait()
-            now = loop.time()
-            debounce = (
-                IDLE_DEBOUNCE_SECONDS if now - last_end >= IDLE_AFTER_SECONDS else DEBOUNCE_SECONDS
-            )
-            deadline = now + MAX_DELAY_SECONDS
+            deadline = loop.time() + MAX_DELAY_SECONDS
             while True:
                 self.wake.clear()
-                left = deadline - loop.time()
+                now = loop.time()
+                left = deadline - now
                 if left <= 0:
                     break
+                debounce = pacer.debounce_for(now, urgent=True)
                 try:
                     await asyncio.wait_for(self.wake.wait(), min(debounce, left))
                 except TimeoutError:
@@ -508,7 +508,7 @@ class WaypointController:
                 log.exception("waypoint pass failed; retrying")
                 await asyncio.sleep(RETRY_SECONDS[0])
                 self.wake.set()
-            last_end = loop.time()
+            pacer.ended(loop.time(), urgent=True)
 
     async def reconcile(self) -> None:
         """Reconcile what changed since the last pass; with nothing changed, no request."""

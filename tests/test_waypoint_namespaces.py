@@ -1,0 +1,79 @@
+"""Gateways whose namespace is going or gone are left alone, against the real API server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from ambient_operator import constants as c
+from ambient_operator.api.v1alpha1 import AmbientMeshSpec
+from ambient_operator.devcluster import LocalCluster
+from ambient_operator.kube.client import Kube, load_api_client
+from ambient_operator.kube.resources import KINDS
+from ambient_operator.runner import namespace_entry
+from ambient_operator.state import ClusterState
+from ambient_operator.waypoints import render as wr
+from ambient_operator.waypoints.controller import WaypointController
+from conftest import unique_name
+
+HOLD = "ambient-operator.test/hold"
+
+
+def _gateway(namespace: str) -> dict[str, object]:
+    return {
+        "apiVersion": c.GATEWAY_API_VERSION,
+        "kind": "Gateway",
+        "metadata": {"name": "waypoint", "namespace": namespace, "resourceVersion": "1"},
+        "spec": {"gatewayClassName": "ambient-waypoint", "listeners": []},
+    }
+
+
+@pytest.fixture
+def terminating(k8s: client.ApiClient) -> Iterator[str]:
+    """A namespace held in Terminating by a finalizer of ours."""
+    core = client.CoreV1Api(k8s)
+    name = unique_name("wp-going")
+    core.create_namespace({"metadata": {"name": name, "finalizers": [HOLD]}})
+    core.delete_namespace(name)
+    try:
+        yield name
+    finally:
+        core.patch_namespace(name, {"metadata": {"finalizers": None}})
+
+
+def _reconcile(cluster: LocalCluster, state: ClusterState, namespace: str) -> tuple[bool, bool]:
+    """(the reconcile's verdict, whether the waypoint's ServiceAccount now exists)."""
+    kube = Kube(load_api_client(str(cluster.kubeconfig)))
+    ctl = WaypointController(state, kube, None)  # type: ignore[arg-type]  # no Event expected
+    gateway = _gateway(namespace)
+    ctl.on_gateway("ADDED", gateway)
+    spec = AmbientMeshSpec.model_validate({})
+    ok = asyncio.run(ctl._reconcile_gateway(spec, (namespace, "waypoint")))
+    account = wr.names_of(gateway).service_account
+    return ok, kube.get(KINDS[("v1", "ServiceAccount")], account, namespace) is not None
+
+
+def test_gone_namespace_needs_no_retry(cluster: LocalCluster) -> None:
+    # True: done. A retry would only be refused again, on every backoff step.
+    assert _reconcile(cluster, ClusterState(), unique_name("wp-gone")) == (True, False)
+
+
+def test_terminating_namespace_not_yet_cached_is_left_alone(
+    cluster: LocalCluster, k8s: client.ApiClient, terminating: str
+) -> None:
+    live = client.CoreV1Api(k8s).read_namespace(terminating)
+    assert live.metadata.deletion_timestamp is not None
+    assert _reconcile(cluster, ClusterState(), terminating) == (True, False)
+
+
+def test_terminating_namespace_known_from_the_cache_is_left_alone(
+    cluster: LocalCluster, k8s: client.ApiClient, terminating: str
+) -> None:
+    state = ClusterState()
+    live = client.CoreV1Api(k8s).read_namespace(terminating)
+    state.namespaces[terminating] = namespace_entry(k8s.sanitize_for_serialization(live))
+    assert state.namespaces[terminating]["terminating"]
+    assert _reconcile(cluster, state, terminating) == (True, False)
