@@ -23,7 +23,7 @@ def test_an_isolated_change_goes_at_once_with_the_short_debounce() -> None:
 def test_a_stream_of_urgent_changes_gets_a_few_quick_passes_then_doubling_gaps() -> None:
     p = _pacer()
     now, waits = 0.0, []
-    for _ in range(10):
+    for _ in range(URGENT_BURST + 7):
         wait = p.woke(now, urgent=True)
         waits.append(wait)
         now += wait + 0.1  # the pass takes 0.1 s
@@ -75,3 +75,28 @@ def test_an_unrelated_change_just_before_does_not_delay_the_next() -> None:
     p.ended(10.03, urgent=True)
     assert p.woke(10.05, urgent=True) == 0.0
     assert p.debounce_for(10.05, urgent=True) == 0.005
+
+
+def test_status_news_first_does_not_hold_back_an_urgent_change_after_it() -> None:
+    # Seen in bench/reaction_latency.py: a pod's status poke woke the loop
+    # first and set a gap; the node that joined right after waited it out.
+    p = _pacer()
+    p.woke(50.0, urgent=True)
+    p.ended(50.02, urgent=True)
+    assert p.woke(50.03, urgent=False) > 0  # status news: spaced
+    assert p.urgent_goes_now(50.04, urgent=True)  # the node: at once
+    assert p.debounce_for(50.04, urgent=True) == 0.005
+
+
+def test_an_idle_spell_starts_a_new_busy_period() -> None:
+    p = _pacer()
+    now = 0.0
+    for _ in range(URGENT_BURST):
+        p.ended(now, urgent=True)
+        now += 0.1
+    assert not p.urgent_goes_now(now, urgent=True)
+    assert not p.idle_until(now)
+    assert p.idle_until(now + 2.5)
+    p.ended(now + 2.6, urgent=True)
+    # Another urgent pass just ran, but the busy period is new: still at once.
+    assert p.urgent_goes_now(now + 2.7, urgent=True)

@@ -12,9 +12,9 @@ Both are folded into passes, but differently:
 - An urgent change is news a user is waiting for. It goes at once, with
   only the short idle debounce, when no urgent pass ran in the last
   `IDLE_AFTER_SECONDS` (a gap built up by status churn does not hold it
-  back), and while the loop is not spacing passes yet and fewer than
-  `URGENT_BURST` urgent passes ran (one unrelated change just before does
-  not hold it back either).
+  back), and while fewer than `URGENT_BURST` urgent passes ran since the
+  loop was last idle (a change or two just before does not hold it back
+  either).
 
 Pure bookkeeping over times the caller passes in, so it is tested without
 a clock.
@@ -22,14 +22,14 @@ a clock.
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 IDLE_AFTER_SECONDS = 2.0
 MIN_GAP_SECONDS = 0.5
 MAX_GAP_SECONDS = 5.0
-# Urgent passes allowed back to back before the spacing applies to them too.
-URGENT_BURST = 3
+# Urgent passes allowed back to back before the spacing applies to them too:
+# a node joining alone is two changes (created, then its kubelet's status).
+URGENT_BURST = 5
 
 
 @dataclass
@@ -39,19 +39,20 @@ class Pacer:
     debounce: float
     idle_debounce: float
     last_end: float = float("-inf")
+    last_urgent_end: float = float("-inf")
     gap: float = 0.0
-    urgent_ends: deque[float] = field(default_factory=lambda: deque(maxlen=URGENT_BURST))
+    # Urgent passes since the loop was last idle (IDLE_AFTER_SECONDS without a pass).
+    busy_urgent: int = 0
 
     def urgent_goes_now(self, now: float, urgent: bool) -> bool:
         """Whether a pending change is urgent and may skip the spacing.
 
         It may when no urgent pass ran lately (any gap is status churn's), or
-        when the loop is not spacing passes yet and only a few urgent ones ran.
+        while only a few urgent passes ran since the loop was last idle.
         """
         if not urgent:
             return False
-        recent = sum(1 for end in self.urgent_ends if now - end < IDLE_AFTER_SECONDS)
-        return recent == 0 or (self.gap == 0.0 and recent < URGENT_BURST)
+        return now - self.last_urgent_end >= IDLE_AFTER_SECONDS or (self.busy_urgent < URGENT_BURST)
 
     def woke(self, now: float, urgent: bool) -> float:
         """The loop woke for a change at `now`: seconds to wait before the pass.
@@ -60,13 +61,23 @@ class Pacer:
         caller asks `urgent_goes_now` again when another change arrives.
         """
         since = now - self.last_end
-        if since >= IDLE_AFTER_SECONDS:
-            self.gap = 0.0
+        if self.idle_until(now):
             return 0.0
         if self.urgent_goes_now(now, urgent):
             return 0.0
         self.gap = min(max(self.gap * 2, MIN_GAP_SECONDS), MAX_GAP_SECONDS)
         return max(self.gap - since, 0.0)
+
+    def idle_until(self, now: float) -> bool:
+        """Whether the loop was idle until `now`; if so, a new busy period starts.
+
+        `woke` calls it; a loop that does not space its passes calls it on waking.
+        """
+        if now - self.last_end < IDLE_AFTER_SECONDS:
+            return False
+        self.gap = 0.0
+        self.busy_urgent = 0
+        return True
 
     def debounce_for(self, now: float, urgent: bool) -> float:
         """How long the loop waits for companions of the latest change."""
@@ -76,4 +87,5 @@ class Pacer:
         """A pass ended at `now`; `urgent` tells whether it answered an urgent change."""
         self.last_end = now
         if urgent:
-            self.urgent_ends.append(now)
+            self.last_urgent_end = now
+            self.busy_urgent += 1

@@ -486,6 +486,7 @@ class WaypointController:
         pacer = Pacer(debounce=DEBOUNCE_SECONDS, idle_debounce=IDLE_DEBOUNCE_SECONDS)
         while True:
             await self.wake.wait()
+            pacer.idle_until(loop.time())
             deadline = loop.time() + MAX_DELAY_SECONDS
             while True:
                 self.wake.clear()
