@@ -361,7 +361,9 @@ class Operator:
         """Every cache a watch keeps, for sweep.py; the waypoint controller's included."""
         state = self.state
 
-        def forget_in(cache: dict[Any, Any], key_of_entry: Callable[[Key], Any]) -> Any:
+        def forget_in(
+            cache: dict[Any, Any], key_of_entry: Callable[[Key], Any]
+        ) -> Callable[[Key], None]:
             def forget(key: Key) -> None:
                 if cache.pop(key_of_entry(key), None) is not None:
                     state.poke()

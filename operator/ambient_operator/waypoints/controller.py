@@ -776,7 +776,7 @@ class WaypointController:
         # (say, restoring the ServiceAccount the namespace controller just
         # deleted) is refused, again on every retry. A Gateway can outlive its
         # namespace when that controller fails (seen in the suite: 404 on every
-        # write for minutes), so one the cache does not know is asked about once.
+        # write for minutes), so one the cache does not know is looked up.
         if namespace is None:
             live = await self._call(self.kube.get, NAMESPACE, key[0])
             if live is None:
