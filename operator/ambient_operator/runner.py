@@ -30,7 +30,7 @@ from ambient_operator.controllers.namespaces import NamespaceChecker
 from ambient_operator.events import EventRecorder
 from ambient_operator.kube.client import Kube, KubeError, load_api_client
 from ambient_operator.kube.informer import Informer
-from ambient_operator.kube.resources import KINDS
+from ambient_operator.kube.resources import KINDS, resource_version
 from ambient_operator.leader import LeaderElector
 from ambient_operator.metrics import serve as serve_metrics
 from ambient_operator.pacing import Pacer
@@ -85,13 +85,6 @@ class Options:
     resync_seconds: float = 300.0
     identity: str = ""
     webhook: WebhookOptions = field(default_factory=WebhookOptions)
-
-
-def _rv(obj: Mapping[str, Any]) -> int:
-    try:
-        return int(obj.get("metadata", {}).get("resourceVersion", "0"))
-    except ValueError:
-        return 0
 
 
 def _desired_part(obj: Mapping[str, Any]) -> Any:
@@ -250,7 +243,7 @@ class Operator:
                 if type != "DELETED":
                     cached = state.owned.get(key_of(obj))
                     # An apply response may be newer than a late watch event.
-                    if cached is not None and _rv(cached) > _rv(obj):
+                    if cached is not None and resource_version(cached) > resource_version(obj):
                         return
                 before = state.owned.get(key_of(obj))
                 state.remember_owned(obj, deleted=type == "DELETED")

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ambient_operator.kube.client import Kube, KubeError
-from ambient_operator.kube.resources import Kind
+from ambient_operator.kube.resources import Kind, resource_version
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]
@@ -45,14 +45,6 @@ class Target:
     forget: Callable[[Key], None]
     label_selector: str | None = None
     field_selector: str | None = None
-
-
-def resource_version(obj: Mapping[str, Any] | None) -> int:
-    """An object's resourceVersion as a number; 0 when missing or not a number."""
-    try:
-        return int(((obj or {}).get("metadata") or {}).get("resourceVersion") or 0)
-    except (TypeError, ValueError):
-        return 0
 
 
 def ghosts(cached: Mapping[Key, Mapping[str, Any]], listed: set[Key], version: int) -> list[Key]:

@@ -6,6 +6,7 @@ kinds, and discovery would cost a burst of requests on every start.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -81,3 +82,11 @@ def ref(obj: dict[str, Any]) -> tuple[str, str, str, str]:
     """(apiVersion, kind, namespace, name): the identity of an object."""
     meta = obj.get("metadata", {})
     return (obj["apiVersion"], obj["kind"], meta.get("namespace", ""), meta["name"])
+
+
+def resource_version(obj: Mapping[str, Any] | None) -> int:
+    """An object's resourceVersion as a number; 0 when missing or not a number."""
+    try:
+        return int(((obj or {}).get("metadata") or {}).get("resourceVersion") or 0)
+    except (TypeError, ValueError):
+        return 0

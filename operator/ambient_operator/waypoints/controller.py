@@ -37,7 +37,7 @@ from ambient_operator.apply import LABEL_CONTROLLER, ObjectKey, Owner, key_of, p
 from ambient_operator.enrollment import namespace_problems
 from ambient_operator.events import EventRecorder, now_rfc3339
 from ambient_operator.kube.client import Kube, KubeError
-from ambient_operator.kube.resources import KINDS, Kind, kind_of
+from ambient_operator.kube.resources import KINDS, Kind, kind_of, resource_version
 from ambient_operator.pacing import Pacer
 from ambient_operator.state import ClusterState
 from ambient_operator.sweep import Target
@@ -77,13 +77,6 @@ def placement_of(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     gateway = ((pod.get("metadata") or {}).get("labels") or {}).get(c.LABEL_GATEWAY_NAME)
     node = (pod.get("spec") or {}).get("nodeName")
     return (str(gateway), str(node)) if gateway and node else None
-
-
-def _rv(obj: Mapping[str, Any] | None) -> int:
-    try:
-        return int(((obj or {}).get("metadata") or {}).get("resourceVersion") or 0)
-    except ValueError:
-        return 0
 
 
 def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
@@ -177,7 +170,7 @@ class WaypointController:
                 self._poke()
             return
         old = self.gateways.get(key)
-        if old is not None and _rv(old) >= _rv(body):
+        if old is not None and resource_version(old) >= resource_version(body):
             return  # our own write came back, or an event older than an apply response
         self.gateways[key] = copy.deepcopy(dict(body))
         if old is None:
@@ -197,7 +190,7 @@ class WaypointController:
             self.classes.pop(name, None)
         else:
             old = self.classes.get(name)
-            if old is not None and _rv(old) >= _rv(body):
+            if old is not None and resource_version(old) >= resource_version(body):
                 return
             self.classes[name] = copy.deepcopy(dict(body))
         self.classes_dirty = True
@@ -220,7 +213,7 @@ class WaypointController:
             objects.pop(obj_key, None)
         else:
             old = objects.get(obj_key)
-            if old is not None and _rv(old) >= _rv(body):
+            if old is not None and resource_version(old) >= resource_version(body):
                 return
             objects[obj_key] = copy.deepcopy(dict(body))
         if not objects:
@@ -242,7 +235,7 @@ class WaypointController:
             self.config_maps[key] = None
         else:
             old = self.config_maps.get(key)
-            if old is not None and _rv(old) >= _rv(body):
+            if old is not None and resource_version(old) >= resource_version(body):
                 return
             self.config_maps[key] = copy.deepcopy(dict(body))
         for reader in self.readers.get(key, ()):
