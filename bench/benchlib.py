@@ -32,7 +32,12 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from ambient_operator import constants as c
-from ambient_operator.devcluster import LocalCluster, apply_dirs
+from ambient_operator.devcluster import (
+    LocalCluster,
+    apply_dirs,
+    default_bin_dir,
+    install_istiod_objects,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 GATEWAY_API = ROOT / ".cache" / "gateway-api" / "v1.6"
@@ -384,41 +389,10 @@ def writes(events: Iterable[Mapping[str, Any]]) -> list[str]:
 
 
 def install_basics(api: client.ApiClient, mesh_spec: Mapping[str, Any] | None = None) -> None:
-    """Our CRDs, Gateway API v1.6, istio-system with istiod, kube-dns, and the AmbientMesh."""
+    """Our CRDs, Gateway API v1.6, istiod's chart objects, kube-dns, and the AmbientMesh."""
     apply_dirs(api, [ROOT / "crds", GATEWAY_API], timeout=120)
-    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
-    with contextlib.suppress(ApiException):
-        core.create_namespace({"metadata": {"name": AGENTS_NS}})
-    for ns, name, port in ((AGENTS_NS, "istiod", 15012), ("kube-system", "kube-dns", 53)):
-        with contextlib.suppress(ApiException):
-            core.create_namespaced_service(
-                ns,
-                {
-                    "metadata": {"name": name},
-                    "spec": {"selector": {"app": name}, "ports": [{"port": port}]},
-                },
-            )
-    trusted = f"{AGENTS_NS}/ztunnel,{AGENTS_NS}/ztunnel-windows"
-    container = {
-        "name": "discovery",
-        "image": "docker.io/istio/pilot:1.28.0",
-        "env": [{"name": "CA_TRUSTED_NODE_ACCOUNTS", "value": trusted}],
-    }
-    with contextlib.suppress(ApiException):
-        apps.create_namespaced_deployment(
-            AGENTS_NS,
-            {
-                "metadata": {"name": "istiod"},
-                "spec": {
-                    "replicas": 0,  # only its env matters to the operator
-                    "selector": {"matchLabels": {"app": "istiod"}},
-                    "template": {
-                        "metadata": {"labels": {"app": "istiod"}},
-                        "spec": {"containers": [container]},
-                    },
-                },
-            },
-        )
+    # What the operator reads of istiod, as upstream's chart renders it.
+    install_istiod_objects(api, default_bin_dir(), AGENTS_NS)
     client.CustomObjectsApi(api).create_cluster_custom_object(
         c.API_GROUP,
         c.API_VERSION,

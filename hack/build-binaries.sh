@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 store=${AMBIENT_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ambient-operator}
-mkdir -p "$store" .cache/bin .cache/gateway-api
+mkdir -p "$store" .cache/bin .cache/gateway-api .cache/istio
 
 build() { # build MODULE_DIR PACKAGE...
   local dir=$1; shift
@@ -38,12 +38,30 @@ crds() { # crds MODULE_DIR NAME
   chmod u+w ".cache/gateway-api/$name"/*.yaml
 }
 
+# Istio's Helm charts are data too: the ones the tests install or compare
+# against, copied from the pinned istio.io/istio module with their profiles,
+# and the module's own VERSION file (its development line, e.g. 1.31).
+istio_charts() {
+  local src
+  src=$(cd hack/cluster/istio && go mod download -json istio.io/istio | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  rm -rf .cache/istio/charts.tmp && mkdir -p .cache/istio/charts.tmp
+  for chart in base istio-control/istio-discovery ztunnel istio-cni; do
+    cp -r "$src/manifests/charts/$chart" ".cache/istio/charts.tmp/$(basename "$chart")"
+  done
+  cp "$src/VERSION" .cache/istio/charts.tmp/VERSION
+  chmod -R u+w .cache/istio/charts.tmp
+  rm -rf .cache/istio/charts && mv .cache/istio/charts.tmp .cache/istio/charts
+}
+
 # SKIP_KUBERNETES=1 builds the rest only (used while bootstrapping).
 build etcd go.etcd.io/etcd/server/v3
 [ -n "${SKIP_KUBERNETES:-}" ] || build kubernetes k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
 build kwok sigs.k8s.io/kwok/cmd/kwok
 build helm helm.sh/helm/v3/cmd/helm
+# istiod, run out of cluster against the local API server by the tests and the demo.
+build istio istio.io/istio/pilot/cmd/pilot-discovery
+istio_charts
 crds gateway-api-v1.4 v1.4
 crds gateway-api-v1.6 v1.6
 ls .cache/bin >&2

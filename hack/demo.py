@@ -2,10 +2,13 @@
 
 Starts etcd, kube-apiserver, controller-manager, scheduler and kwok (fake
 nodes that run pods without containers), installs our CRDs and the Gateway
-API CRDs, runs the operator, enrolls a namespace with Linux and Windows
-workloads, creates a waypoint and a 50/50 HTTPRoute, prints what runs where
-and why, and stops everything. Nothing here sends real traffic: the pods are
-simulated, so the report shows placement, status and admission decisions.
+API CRDs, installs Istio from its own charts (base and istiod, profile
+ambient) and runs the real istiod out of cluster, runs the operator, enrolls
+a namespace with Linux and Windows workloads, creates a waypoint and a 50/50
+HTTPRoute, prints what runs where and why -- and what istiod itself makes of
+it -- and stops everything. Nothing here sends real traffic: the pods are
+simulated, so the report shows placement, status, admission decisions and
+istiod's ambient index.
 """
 
 from __future__ import annotations
@@ -26,13 +29,14 @@ import yaml
 from kubernetes import client
 
 from ambient_operator.devcluster import (
+    IstioControlPlane,
     LocalCluster,
     api_client_for,
     apply_dirs,
     apply_objects,
+    cluster_dns_service,
     create_nodes,
     default_bin_dir,
-    install_istiod_facts,
 )
 from ambient_operator.webhook.decide import ANNOTATION, CONTAINER_NAME
 
@@ -239,6 +243,49 @@ def report(api: client.ApiClient, kubectl: list[str]) -> None:
     print("=" * 78)
 
 
+def istio_captured(istio: IstioControlPlane) -> list[dict[str, Any]]:
+    """istiod's workloads of the demo namespace whose traffic ztunnel captures (HBONE)."""
+    view = istio.debug("/debug/ambientz")
+    return [
+        w
+        for w in view.get("workloads") or []
+        if w.get("namespace") == NS
+        and w.get("tunnelProtocol") == "HBONE"
+        # A sidecar that speaks HBONE itself is nativeTunnel; ztunnel captures the rest.
+        and not w.get("nativeTunnel")
+    ]
+
+
+def istio_report(api: client.ApiClient, istio: IstioControlPlane) -> None:
+    """What istiod itself made of our objects, from its /debug/ambientz."""
+    view = istio.debug("/debug/ambientz")
+    oses = {
+        n.metadata.name: (n.metadata.labels or {}).get("kubernetes.io/os", "?")
+        for n in client.CoreV1Api(api).list_node().items
+    }
+    print("\nistiod's view (/debug/ambientz of the real istiod)")
+    print("  Services of namespace demo and the waypoint istiod binds each to:")
+    for svc in sorted(view.get("services") or [], key=lambda s: s["name"]):
+        if svc.get("namespace") != NS:
+            continue
+        waypoint = ((svc.get("waypoint") or {}).get("hostname") or {}).get("hostname")
+        print(f"    {svc['name']:<14} -> {f'waypoint {waypoint}' if waypoint else 'no waypoint'}")
+    per_os: dict[str, list[str]] = {}
+    for w in istio_captured(istio):
+        per_os.setdefault(oses.get(w.get("node", ""), "?"), []).append(w["name"])
+    print("  Ambient (HBONE) workloads istiod sees, by node OS:")
+    for os_name, names in sorted(per_os.items()):
+        print(f"    {os_name:<8} {len(names)}: {', '.join(sorted(names))}")
+    mesh = client.CustomObjectsApi(api).get_cluster_custom_object(*MESH)
+    enrollment = mesh.get("status", {}).get("enrollment", {})
+    print(
+        "  The AmbientMesh counts redirected pods: linux "
+        f"{enrollment.get('linuxPods', {}).get('enabled', 0)}, windows "
+        f"{enrollment.get('windowsPods', {}).get('enabled', 0)} (all namespaces)"
+    )
+    print("=" * 78)
+
+
 def main() -> int:
     """Run the demo end to end."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -259,9 +306,11 @@ def main() -> int:
         create_nodes(api, SAMPLES / "nodes-mixed.yaml", timeout=120)
         say("installing our CRDs and the Gateway API CRDs (v1.6)")
         apply_dirs(api, [ROOT / "crds", ROOT / ".cache" / "gateway-api" / "v1.6"], timeout=120)
-        install_istiod_facts(api)
-        say("starting the operator (log: .cache/demo/operator.log)")
-        with operator_process(cluster, workdir) as proc:
+        apply_objects(api, [cluster_dns_service()])
+        say("installing Istio's base and istiod charts (profile=ambient) and starting istiod")
+        istio = IstioControlPlane(cluster.kubeconfig, workdir / "istiod", default_bin_dir())
+        with istio, operator_process(cluster, workdir) as proc:
+            say("istiod and the operator run (logs: .cache/demo/istiod/istiod.log, operator.log)")
             say("applying the sample AmbientMesh")
             apply_objects(api, [yaml.safe_load((SAMPLES / "ambientmesh.yaml").read_text())])
             custom = client.CustomObjectsApi(api)
@@ -321,7 +370,31 @@ def main() -> int:
                 ),
                 120,
             )
+            # istiod learns of a pod's redirection from istio-cni's annotation;
+            # no CNI runs under kwok, so the demo writes it as istio-cni would.
+            for pod in client.CoreV1Api(api).list_namespaced_pod(NS).items:
+                if pod.metadata.labels.get("app") in ("curl", "httpbin", "web-windows"):
+                    client.CoreV1Api(api).patch_namespaced_pod_status(
+                        pod.metadata.name,
+                        NS,
+                        {"metadata": {"annotations": {"ambient.istio.io/redirection": "enabled"}}},
+                    )
+            wait("istiod to see the redirected pods", lambda: len(istio_captured(istio)) >= 3, 60)
+
+            def counted() -> bool:
+                mesh = custom.get_cluster_custom_object(*MESH)
+                enrollment = mesh.get("status", {}).get("enrollment", {})
+                return (
+                    sum(
+                        enrollment.get(f"{os_name}Pods", {}).get("enabled", 0)
+                        for os_name in ("linux", "windows")
+                    )
+                    >= 3
+                )
+
+            wait("the AmbientMesh to count them", counted, 60)
             report(api, kubectl)
+            istio_report(api, istio)
             if proc.poll() is not None:
                 say("the operator exited early; see .cache/demo/operator.log")
                 return 1

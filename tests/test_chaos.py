@@ -39,14 +39,19 @@ from kubernetes.client.exceptions import ApiException
 from ambient_operator import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.apply import Owner, key_of, prepare, up_to_date
-from ambient_operator.devcluster import LocalCluster, create_nodes, delete_nodes
+from ambient_operator.devcluster import (
+    LocalCluster,
+    create_nodes,
+    delete_nodes,
+    install_istiod_objects,
+)
 from ambient_operator.enrollment import namespace_problems
 from ambient_operator.facts import ClusterFacts, NodeFacts
 from ambient_operator.kube.client import Kube, load_api_client
 from ambient_operator.kube.resources import KINDS
 from ambient_operator.render import render_dataplane
 from ambient_operator.runner import OWNED_API_KINDS
-from conftest import unique_name, wait_for
+from conftest import BIN_DIR, unique_name, wait_for
 from operator_harness import AuditLog, RunningOperator
 
 GROUP, VERSION, PLURAL = c.API_GROUP, c.API_VERSION, c.PLURAL
@@ -61,40 +66,8 @@ CONVERGE_TIMEOUT = 120.0
 
 @pytest.fixture(scope="module")
 def istio_env(k8s: client.ApiClient, sample_nodes: list[str], crds_installed: None) -> None:
-    """istio-system with an istiod Service and Deployment, and a cluster DNS Service."""
-    core, apps = client.CoreV1Api(k8s), client.AppsV1Api(k8s)
-    with contextlib.suppress(ApiException):
-        core.create_namespace({"metadata": {"name": AGENTS_NS}})
-    for ns, name, port in ((AGENTS_NS, "istiod", 15012), ("kube-system", "kube-dns", 53)):
-        with contextlib.suppress(ApiException):
-            core.create_namespaced_service(
-                ns,
-                {
-                    "metadata": {"name": name},
-                    "spec": {"selector": {"app": name}, "ports": [{"port": port}]},
-                },
-            )
-    trusted = f"{AGENTS_NS}/ztunnel,{AGENTS_NS}/ztunnel-windows"
-    container = {
-        "name": "discovery",
-        "image": "docker.io/istio/pilot:1.28.0",
-        "env": [{"name": "CA_TRUSTED_NODE_ACCOUNTS", "value": trusted}],
-    }
-    with contextlib.suppress(ApiException):
-        apps.create_namespaced_deployment(
-            AGENTS_NS,
-            {
-                "metadata": {"name": "istiod"},
-                "spec": {
-                    "replicas": 0,
-                    "selector": {"matchLabels": {"app": "istiod"}},
-                    "template": {
-                        "metadata": {"labels": {"app": "istiod"}},
-                        "spec": {"containers": [container]},
-                    },
-                },
-            },
-        )
+    """istiod's objects as upstream's chart renders them, and a cluster DNS Service."""
+    install_istiod_objects(k8s, BIN_DIR, AGENTS_NS)
 
 
 def _custom(k8s: client.ApiClient) -> client.CustomObjectsApi:

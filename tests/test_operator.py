@@ -19,10 +19,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
-from ambient_operator.devcluster import LocalCluster, create_nodes, install_istiod_facts
+from ambient_operator.devcluster import LocalCluster, create_nodes, install_istiod_objects
 from ambient_operator.facts import ClusterFacts, NodeFacts
 from ambient_operator.render import render_dataplane
-from conftest import unique_name, wait_for
+from conftest import BIN_DIR, unique_name, wait_for
 from operator_harness import AuditLog, RunningOperator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,8 +74,8 @@ def _placed(api: client.ApiClient, ds: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def istio_env(k8s: client.ApiClient, sample_nodes: list[str], crds_installed: None) -> None:
-    """istio-system with an istiod Service and Deployment, and a cluster DNS Service."""
-    install_istiod_facts(k8s, AGENTS_NS)
+    """istiod's objects as upstream's chart renders them, and a cluster DNS Service."""
+    install_istiod_objects(k8s, BIN_DIR, AGENTS_NS)
 
 
 @pytest.fixture(scope="module")

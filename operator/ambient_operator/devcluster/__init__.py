@@ -6,7 +6,14 @@ kube-controller-manager, kube-scheduler, kwok) built by
 inventory file via :func:`create_nodes`.
 """
 
-from .istio import install_istiod_facts, istiod_objects
+from .istio import (
+    ISTIO_NAMESPACE,
+    IstioControlPlane,
+    cluster_dns_service,
+    install_istiod_objects,
+    istiod_values,
+    render_istiod_chart,
+)
 from .launcher import (
     BINARIES,
     KWOK_NODE_ANNOTATION,
@@ -40,11 +47,13 @@ from .process import ProcInfo, find_processes, pid_alive
 
 __all__ = [
     "BINARIES",
+    "ISTIO_NAMESPACE",
     "KWOK_NODE_ANNOTATION",
     "KWOK_NODE_VALUE",
     "POD_CIDR",
     "SERVICE_CIDR",
     "ClusterError",
+    "IstioControlPlane",
     "LocalCluster",
     "ManifestError",
     "Ports",
@@ -52,17 +61,19 @@ __all__ = [
     "api_client_for",
     "apply_dirs",
     "apply_objects",
+    "cluster_dns_service",
     "create_nodes",
     "default_bin_dir",
     "delete_nodes",
     "find_processes",
-    "install_istiod_facts",
-    "istiod_objects",
+    "install_istiod_objects",
+    "istiod_values",
     "load_inventory",
     "load_manifests",
     "node_ready",
     "parse_inventory",
     "pid_alive",
+    "render_istiod_chart",
     "to_kwok_node",
     "wait_crds_established",
     "wait_nodes_ready",

@@ -75,7 +75,8 @@ def repo_root() -> Path:
     return _REPO_ROOT
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct loopback ports free right now."""
     # Holding every socket until all are chosen keeps the ports distinct.
     socks = []
     try:
@@ -103,7 +104,7 @@ class Ports:
     @classmethod
     def allocate(cls) -> Ports:
         """Pick six currently free, distinct loopback ports."""
-        return cls(*_free_ports(6))
+        return cls(*free_ports(6))
 
 
 @dataclass
