@@ -35,10 +35,12 @@ crd: venv
 	$(VENV)/bin/ambient-operator crd --output crds/
 	$(VENV)/bin/ambient-operator crd --output charts/ambient-operator/crds/
 
-# Regenerate the AmbientMesh reference and the architecture picture (tests check the former).
+# Regenerate the AmbientMesh reference, the architecture picture and the table of
+# differences from Istio's charts (tests check the first and the last).
 docs: venv
 	$(PY) hack/gen_reference.py
 	$(PY) hack/gen_architecture.py
+	$(PY) hack/gen_upstream_differences.py
 
 test: venv bins lint typecheck
 	$(VENV)/bin/pytest -q

@@ -280,7 +280,7 @@ def _mutations(chaos_ns: str) -> list[tuple[str, Any]]:
 
     def tag(spec: dict[str, Any]) -> None:
         images = spec.setdefault("images", {})
-        images["tag"] = "1.28.1" if images.get("tag", "1.28.0") == "1.28.0" else "1.28.0"
+        images["tag"] = "1.30.3" if images.get("tag", "1.30.4") == "1.30.4" else "1.30.4"
 
     def windows(spec: dict[str, Any]) -> None:
         win = spec.setdefault("platforms", {}).setdefault("windows", {})
@@ -506,7 +506,7 @@ MESH_SPECS = st.fixed_dictionaries(
         "logLevel": st.sampled_from(["info", "debug", "trace", "bogus", ""]),
         "namespace": st.sampled_from([AGENTS_NS, "no-such-ns", "Bad_NS", AGENTS_NS]),
         "images": st.fixed_dictionaries(
-            {}, optional={"tag": st.sampled_from(["1.28.0", "1.29.0-dev", "bad tag", ""]),
+            {}, optional={"tag": st.sampled_from(["1.30.4", "1.31.0-dev", "bad tag", ""]),
                           "hub": st.sampled_from(["docker.io/istio", "", "http://x"])},
         ),
         "platforms": st.fixed_dictionaries(

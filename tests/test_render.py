@@ -7,6 +7,7 @@ from typing import Any
 
 import jinja2
 import pytest
+import yaml
 
 from ambient_operator import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
@@ -281,6 +282,10 @@ def test_linux_ztunnel_production_settings() -> None:
     assert variables["CA_ADDRESS"] == variables["XDS_ADDRESS"] == "istiod.istio-system.svc:15012"
     assert variables["INPOD_UDS"] == "/var/run/ztunnel/ztunnel.sock"
     assert variables["TERMINATION_GRACE_PERIOD_SECONDS"] == "30"
+    # ztunnel sizes its worker threads from its CPU limit (node capacity when unset).
+    cpu_limit = {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1"}}
+    assert variables["ZTUNNEL_CPU_LIMIT"] == cpu_limit
+    assert "ZTUNNEL_RESOURCE_CPU_LIMIT" not in variables
     for name in ("POD_NAME", "POD_NAMESPACE", "NODE_NAME", "INSTANCE_IP", "SERVICE_ACCOUNT"):
         assert "fieldRef" in variables[name]
     volumes = {v["name"]: v for v in spec["volumes"]}
@@ -300,9 +305,18 @@ def test_linux_istio_cni_production_settings() -> None:
     ds = obj(result, "DaemonSet", "istio-cni-node")
     assert ds["spec"]["updateStrategy"]["rollingUpdate"] == {"maxUnavailable": 1, "maxSurge": 0}
     spec = ds["spec"]["template"]["spec"]
-    assert spec["terminationGracePeriodSeconds"] == 5
+    assert spec["terminationGracePeriodSeconds"] == 30
     assert spec["serviceAccountName"] == "istio-cni"
     (container,) = spec["containers"]
+    # The install-cni image has no entrypoint.
+    assert container["command"] == ["install-cni"]
+    assert env(container)["REPAIR_NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    # iptables takes /run/xtables.lock; AppArmor would block the capabilities.
+    assert "readOnlyRootFilesystem" not in container["securityContext"]
+    assert container["securityContext"]["appArmorProfile"] == {"type": "Unconfined"}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["cni-netns-dir"]["mountPath"] == "/host/var/run/netns"
+    assert mounts["cni-netns-dir"]["mountPropagation"] == "HostToContainer"
     assert container["securityContext"]["capabilities"]["add"] == [
         "NET_ADMIN",
         "NET_RAW",
@@ -324,6 +338,34 @@ def test_linux_istio_cni_production_settings() -> None:
     }
     proc = next(m for m in container["volumeMounts"] if m["name"] == "cni-host-procfs")
     assert proc["readOnly"] is True
+
+
+def test_ztunnel_is_told_which_cpu_bounds_were_set() -> None:
+    resources = {"requests": {"memory": "1Gi"}, "limits": {"cpu": "2"}}
+    variables = env(
+        pod(render(spec={"ztunnel": {"resources": resources}}), "ztunnel")["containers"][0]
+    )
+    assert variables["ZTUNNEL_RESOURCE_CPU_LIMIT"] == {
+        "resourceFieldRef": {"resource": "limits.cpu", "divisor": "1"}
+    }
+    assert "ZTUNNEL_RESOURCE_CPU_REQUEST" not in variables
+
+
+def test_istio_cni_enrolls_what_the_istio_api_says() -> None:
+    data = obj(render(), "ConfigMap", "istio-cni-config")["data"]
+    # An empty or missing selector list enrolls no pod at all.
+    assert yaml.safe_load(data["AMBIENT_ENABLEMENT_SELECTOR"]) == [
+        {"podSelector": {"matchLabels": {"istio.io/dataplane-mode": "ambient"}}},
+        {
+            "podSelector": {
+                "matchExpressions": [
+                    {"key": "istio.io/dataplane-mode", "operator": "NotIn", "values": ["none"]}
+                ]
+            },
+            "namespaceSelector": {"matchLabels": {"istio.io/dataplane-mode": "ambient"}},
+        },
+    ]
+    assert data["REPAIR_ENABLED"] == data["REPAIR_REPAIR_PODS"] == "true"
 
 
 def test_rollout_comes_from_the_spec() -> None:
@@ -434,20 +476,21 @@ def test_windows_istio_cni_gets_the_pipe_and_host_paths_from_its_config_map() ->
     assert "volumes" not in spec  # HostProcess containers see the host's files
     data = obj(result, "ConfigMap", "istio-cni-config-windows-ltsc2025")["data"]
     assert data["ZTUNNEL_UDS_ADDRESS"] == "\\\\.\\pipe\\istio-zds"
-    assert data["CNI_NET_DIR"] == data["MOUNTED_CNI_NET_DIR"] == "D:\\cni\\conf"
-    assert data["CNI_BIN_DIR"] == "C:\\k\\azurecni\\bin"
+    assert data["MOUNTED_CNI_NET_DIR"] == "D:\\cni\\conf"
+    assert data["MOUNTED_CNI_BIN_DIR"] == "C:\\k\\azurecni\\bin"
+    assert "CNI_NET_DIR" not in data and "CNI_BIN_DIR" not in data  # read by nothing
     assert data["AMBIENT_IPV6"] == data["AMBIENT_DNS_CAPTURE"] == "false"
     linux_data = obj(result, "ConfigMap", "istio-cni-config")["data"]
     assert linux_data["ZTUNNEL_UDS_ADDRESS"] == "/var/run/ztunnel/ztunnel.sock"
-    assert "CNI_BIN_DIR" not in linux_data
+    assert "MOUNTED_CNI_BIN_DIR" not in linux_data
     assert all(isinstance(v, str) for v in {**data, **linux_data}.values())
 
 
 @pytest.mark.parametrize(
     ("images", "expected"),
     [
-        ({}, "docker.io/istio/ztunnel:1.28.0-windows-ltsc2022"),
-        ({"hub": "r.example/i", "tag": "9.9"}, "r.example/i/ztunnel:9.9-windows-ltsc2022"),
+        ({}, "docker.io/istio/ztunnel-windows:1.30.4"),
+        ({"hub": "r.example/i", "tag": "9.9"}, "r.example/i/ztunnel-windows:9.9"),
         ({"ztunnel": {"windows": "r.example/zt:win"}}, "r.example/zt:win"),
         (
             {
@@ -471,10 +514,10 @@ def test_per_build_image_applies_to_its_build_only() -> None:
         "r.example/c:25"
     )
     assert pod(result, "istio-cni-node-windows-ltsc2022")["containers"][0]["image"] == (
-        "docker.io/istio/install-cni:1.28.0-windows-ltsc2022"
+        "docker.io/istio/install-cni-windows:1.30.4"
     )
     assert pod(result, "istio-cni-node")["containers"][0]["image"] == (
-        "docker.io/istio/install-cni:1.28.0"
+        "docker.io/istio/install-cni:1.30.4"
     )
 
 
@@ -505,15 +548,15 @@ def test_unknown_istiod_ip_falls_back_to_the_name_and_warns(istiod_ip: str | Non
     variables = env(pod(result, "ztunnel-windows-ltsc2022")["containers"][0])
     assert variables["CA_ADDRESS"] == "istiod.istio-system.svc.corp.example:15012"
     assert variables["ALT_CA_HOSTNAME"] == "istiod.istio-system.svc"
-    assert len(result.warnings) == 1
-    assert "istiod Service IP unknown" in result.warnings[0]
+    (warning,) = [w for w in result.warnings if "Service IP" in w]
+    assert "istiod Service IP unknown" in warning
 
 
 def test_unknown_dns_ip_skips_the_nrpt_rule_and_warns() -> None:
     result = render(dns_ip=None)
     assert "initContainers" not in pod(result, "ztunnel-windows-ltsc2022")
-    assert len(result.warnings) == 1
-    assert "DNS Service IP unknown" in result.warnings[0]
+    (warning,) = [w for w in result.warnings if "Service IP" in w]
+    assert "DNS Service IP unknown" in warning
 
 
 def test_no_windows_agents_means_no_windows_warnings() -> None:
@@ -661,15 +704,14 @@ def test_rbac_is_least_privilege() -> None:
             "resources": ["pods", "namespaces", "nodes"],
             "verbs": ["get", "list", "watch"],
         },
+        # Repair's Events about the pods it mends.
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
         {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]},
         {
             "apiGroups": ["apps"],
             "resources": ["daemonsets"],
-            "resourceNames": [
-                "istio-cni-node",
-                "istio-cni-node-windows-ltsc2022",
-                "istio-cni-node-windows-ltsc2025",
-            ],
+            # The one name the agent looks up; the Windows agents skip it.
+            "resourceNames": ["istio-cni-node"],
             "verbs": ["get"],
         },
     ]

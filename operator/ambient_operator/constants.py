@@ -12,6 +12,11 @@ SINGULAR: Final = "ambientmesh"
 SHORT_NAMES: Final = ("amesh",)
 MESH_NAME: Final = "default"
 
+# The default Istio release of the agents: the newest release before the
+# development line of the istio.io/istio module pinned in
+# hack/cluster/istio/go.mod (a test holds the two together).
+ISTIO_VERSION: Final = "1.30.4"
+
 FIELD_MANAGER: Final = "ambient-operator"
 MANAGED_BY: Final = "ambient-operator"
 PART_OF: Final = "istio-ambient"

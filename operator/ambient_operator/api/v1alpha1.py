@@ -130,7 +130,9 @@ class ComponentImage(ApiModel):
     windows: ImageRef | None = Field(
         default=None,
         description="Full image reference for every Windows build (HostProcess images "
-        "need not match the host build).",
+        "need not match the host build). Istio publishes no Windows images: build the one "
+        "of Istio's Windows experiment and set this. Unset: <hub>/<name>-windows:<tag>, "
+        "the name that build gives, and the AmbientMesh is Degraded (RenderWarning).",
     )
     windows_builds: Annotated[dict[SupportedBuild, ImageRef], Field(max_length=4)] | None = Field(
         default=None, description="Per-build image references, keyed by Windows build."
@@ -141,7 +143,7 @@ class Images(ApiModel):
     """Where the agent images come from."""
 
     hub: Repository = "docker.io/istio"
-    tag: ImageTag = "1.28.0"
+    tag: ImageTag = c.ISTIO_VERSION
     ztunnel: ComponentImage = ComponentImage()
     istio_cni: ComponentImage = ComponentImage()
 

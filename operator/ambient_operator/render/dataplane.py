@@ -6,9 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
 from ambient_operator import constants as c
 from ambient_operator.api.types import is_zero
-from ambient_operator.api.v1alpha1 import AmbientMeshSpec, Rollout
+from ambient_operator.api.v1alpha1 import AmbientMeshSpec, Resources, Rollout
 from ambient_operator.facts import ClusterFacts, NodeFacts
 from ambient_operator.render import placement as pl
 from ambient_operator.render import values as v
@@ -24,7 +26,10 @@ from ambient_operator.render.verdicts import assign
 
 # (default maxUnavailable, default maxSurge) per component, as upstream ships them.
 ROLLOUT_DEFAULTS: dict[Component, tuple[int, int]] = {v.ZTUNNEL: (0, 1), v.ISTIO_CNI: (1, 0)}
-CNI_GRACE_SECONDS = 5
+# Upstream's since 1.30: time for the agent to clean up before a rollout replaces it.
+CNI_GRACE_SECONDS = 30
+# Windows keeps the value it had until its own comparison with upstream decides.
+WINDOWS_CNI_GRACE_SECONDS = 5
 PORTS = {
     "metrics": c.PORT_METRICS,
     "readiness": c.PORT_READINESS,
@@ -33,8 +38,42 @@ PORTS = {
 }
 # The cluster's own plumbing (DNS, CNI, kube-proxy) must keep working when the mesh does not.
 EXCLUDE_NAMESPACES = "kube-system"
-LINUX_CNI_NET_DIR = "/etc/cni/net.d"
-LINUX_MOUNTED_CNI_NET_DIR = "/host/etc/cni/net.d"
+# istio-cni parses this YAML into its enrollment selectors; an empty value
+# parses to none, and a pod no selector matches is never redirected. These are
+# the rule of the istio.io API: the pod says ambient, or its namespace does and
+# the pod does not say none.
+ENABLEMENT_SELECTORS: list[dict[str, Any]] = [
+    {"podSelector": {"matchLabels": {c.LABEL_DATAPLANE_MODE: "ambient"}}},
+    {
+        "podSelector": {
+            "matchExpressions": [
+                {"key": c.LABEL_DATAPLANE_MODE, "operator": "NotIn", "values": ["none"]}
+            ]
+        },
+        "namespaceSelector": {"matchLabels": {c.LABEL_DATAPLANE_MODE: "ambient"}},
+    },
+]
+# Settings install-cni does not default the way upstream's chart sets them
+# (REPAIR_REPAIR_PODS and AMBIENT_RECONCILE_POD_RULES_ON_STARTUP read as
+# false when absent), and the rest of the chart's repair settings, so the
+# ConfigMap says what the agent does.
+LINUX_CNI_SETTINGS = {
+    "AMBIENT_RECONCILE_POD_RULES_ON_STARTUP": "true",
+    "ENABLE_AMBIENT_DETECTION_RETRY": "false",
+    "ISTIO_OWNED_CNI_CONFIG": "false",
+    "NATIVE_NFTABLES": "false",
+    "REPAIR_LABEL_PODS": "false",
+    "REPAIR_DELETE_PODS": "false",
+    # Repair re-applies redirection inside a pod that started before the
+    # agent was ready, instead of labelling or deleting it.
+    "REPAIR_REPAIR_PODS": "true",
+    "REPAIR_INIT_CONTAINER_NAME": "istio-validation",
+    "REPAIR_BROKEN_POD_LABEL_KEY": "cni.istio.io/uninitialized",
+    "REPAIR_BROKEN_POD_LABEL_VALUE": "true",
+}
+# ztunnel's cluster ID when the chart's multiCluster.clusterName is unset,
+# which is also istiod's default: one cluster, no name of its own.
+ZTUNNEL_CLUSTER_ID = "Kubernetes"
 
 
 @dataclass(frozen=True)
@@ -63,17 +102,19 @@ def _pod_labels(component: Component, platform: str) -> dict[str, str]:
     }
 
 
-def _pod_annotations(component: Component) -> dict[str, str]:
-    if component == v.ZTUNNEL:
-        port, path = c.PORT_METRICS, "/stats/prometheus"
+def _pod_annotations(component: Component, plat: _Platform) -> dict[str, str]:
+    annotations = {"prometheus.io/scrape": "true", "sidecar.istio.io/inject": "false"}
+    if component == v.ISTIO_CNI:
+        annotations["prometheus.io/port"] = str(c.PORT_CNI_METRICS)
+        annotations["prometheus.io/path"] = "/metrics"
     else:
-        port, path = c.PORT_CNI_METRICS, "/metrics"
-    return {
-        "prometheus.io/scrape": "true",
-        "prometheus.io/port": str(port),
-        "prometheus.io/path": path,
-        "sidecar.istio.io/inject": "false",
-    }
+        annotations["prometheus.io/port"] = str(c.PORT_METRICS)
+        # Linux ztunnel is scraped at Prometheus's default path, /metrics, as
+        # upstream's chart has it; Windows keeps its path until its own
+        # comparison with upstream decides.
+        if plat.windows:
+            annotations["prometheus.io/path"] = "/stats/prometheus"
+    return annotations
 
 
 def _host_network(component: Component, plat: _Platform) -> bool:
@@ -104,7 +145,7 @@ def _daemonset_values(
         account = v.SA_ZTUNNEL_WINDOWS if plat.windows else v.SA_ZTUNNEL
     else:
         rollout, resources = spec.istio_cni.rollout, spec.istio_cni.resources
-        grace = CNI_GRACE_SECONDS
+        grace = WINDOWS_CNI_GRACE_SECONDS if plat.windows else CNI_GRACE_SECONDS
         account = v.SA_ISTIO_CNI
     unavailable, surge = rollout.effective(*ROLLOUT_DEFAULTS[component])
     if _host_network(component, plat):
@@ -117,7 +158,7 @@ def _daemonset_values(
         "max_unavailable": unavailable,
         "max_surge": surge,
         "pod_labels": _pod_labels(component, plat.name),
-        "pod_annotations": _pod_annotations(component),
+        "pod_annotations": _pod_annotations(component, plat),
         "os": "windows" if plat.windows else "linux",
         "service_account": account,
         "priority_class": spec.priority_class_name,
@@ -134,6 +175,26 @@ def _daemonset_values(
     }
 
 
+def _cpu_env(resources: Resources) -> list[dict[str, Any]]:
+    """ztunnel's view of its own CPU budget, as upstream passes it.
+
+    ZTUNNEL_CPU_LIMIT is always set (node capacity without a limit): ztunnel
+    sizes its worker threads from it. The other two tell it which of the
+    bounds were asked for, so only those present are set.
+    """
+
+    def field(name: str, resource: str) -> dict[str, Any]:
+        ref = {"resource": resource, "divisor": "1"}
+        return {"name": name, "valueFrom": {"resourceFieldRef": ref}}
+
+    env = [field("ZTUNNEL_CPU_LIMIT", "limits.cpu")]
+    if "cpu" in (resources.limits or {}):
+        env.append(field("ZTUNNEL_RESOURCE_CPU_LIMIT", "limits.cpu"))
+    if "cpu" in (resources.requests or {}):
+        env.append(field("ZTUNNEL_RESOURCE_CPU_REQUEST", "requests.cpu"))
+    return env
+
+
 def _ztunnel(spec: AmbientMeshSpec, facts: ClusterFacts, plat: _Platform) -> dict[str, Any]:
     values = _daemonset_values(spec, v.ZTUNNEL, plat)
     if not plat.windows:
@@ -142,6 +203,8 @@ def _ztunnel(spec: AmbientMeshSpec, facts: ClusterFacts, plat: _Platform) -> dic
             **values,
             image=v.linux_image(spec, v.ZTUNNEL),
             istiod=v.linux_istiod(spec),
+            cluster_id=ZTUNNEL_CLUSTER_ID,
+            cpu_env=_cpu_env(spec.ztunnel.resources),
         )
     istiod, _ = v.windows_istiod(spec, facts.istiod_ip)
     dns_ip, _ = v.windows_dns(facts.dns_ip, spec)
@@ -164,34 +227,54 @@ def _istio_cni(spec: AmbientMeshSpec, plat: _Platform) -> dict[str, Any]:
     return render_object("daemonset-istio-cni-linux.yaml.j2", **values, image=image)
 
 
-def _cni_config(spec: AmbientMeshSpec, plat: _Platform) -> dict[str, Any]:
-    dirs: dict[str, str | None]
+def _enablement_selector() -> str:
+    # The text upstream's chart renders (Helm's toYaml: sorted keys, block style).
+    text: str = yaml.safe_dump(ENABLEMENT_SELECTORS, sort_keys=True, default_flow_style=False)
+    return text.rstrip("\n")
+
+
+def _cni_platform_settings(spec: AmbientMeshSpec, plat: _Platform) -> dict[str, str]:
+    """The ConfigMap keys that differ between Linux and Windows, in their order."""
     if plat.windows:
         win = spec.platforms.windows
-        # HostProcess containers see host paths as they are; nothing is mounted.
-        dirs = {
-            "cni_net_dir": win.cni_conf_dir,
-            "mounted_cni_net_dir": win.cni_conf_dir,
-            "cni_bin_dir": win.cni_bin_dir,
+        return {
+            "AMBIENT_ENABLEMENT_SELECTOR": _enablement_selector(),
+            # On shutdown the agent gets the DaemonSet "istio-cni-node" (a name
+            # it builds itself, with no override) to tell an upgrade from a
+            # removal. Ours are named per build, so it would find the Linux one,
+            # whose node affinity (the agent ignores nodeSelector) admits amd64
+            # Windows nodes too, and keep its plugin
+            # after its own DaemonSet is gone: every new pod's CNI ADD on the
+            # node would then fail. Without the lookup it always removes the
+            # plugin, which costs little: redirected pods keep their HNS
+            # policies, and the next agent redirects the pods started meanwhile.
+            "AMBIENT_DISABLE_SAFE_UPGRADE": "true",
+            # HostProcess containers see host paths as they are; nothing is
+            # mounted. The agent reads these names, not CNI_NET_DIR/CNI_BIN_DIR.
+            "MOUNTED_CNI_NET_DIR": win.cni_conf_dir,
+            "MOUNTED_CNI_BIN_DIR": win.cni_bin_dir,
         }
-    else:
-        dirs = {
-            "cni_net_dir": LINUX_CNI_NET_DIR,
-            "mounted_cni_net_dir": LINUX_MOUNTED_CNI_NET_DIR,
-            "cni_bin_dir": None,
-        }
+    # The CNI directories are install-cni's defaults, mounted where it looks.
+    return {"AMBIENT_ENABLEMENT_SELECTOR": _enablement_selector(), **LINUX_CNI_SETTINGS}
+
+
+def _cni_config(spec: AmbientMeshSpec, plat: _Platform) -> dict[str, Any]:
     return render_object(
         "configmap-istio-cni.yaml.j2",
         name=v.cni_config_map_name(plat.name),
         namespace=spec.namespace,
         labels=v.labels(v.ISTIO_CNI, plat.name),
-        version=spec.images.tag,
+        # A Windows image is one the user built; the tag would misstate it.
+        version=None if plat.windows else spec.images.tag,
         # Windows has no DNS proxying and the HNS policies are IPv4 only.
         dns_capture="false" if plat.windows else "true",
         ipv6="false" if plat.windows else "true",
+        # Repair mends sidecar pods, which Windows has none of; the
+        # experiment's Windows repair is not implemented.
+        repair="false" if plat.windows else "true",
         exclude_namespaces=EXCLUDE_NAMESPACES,
         zds_address=c.ZDS_PIPE if plat.windows else c.ZTUNNEL_UDS,
-        **dirs,
+        settings=_cni_platform_settings(spec, plat),
     )
 
 
@@ -258,6 +341,11 @@ def render_dataplane(spec: AmbientMeshSpec, facts: ClusterFacts) -> RenderResult
         _, istiod_warning = v.windows_istiod(spec, facts.istiod_ip)
         _, dns_warning = v.windows_dns(facts.dns_ip, spec)
         warnings.extend(w for w in (istiod_warning, dns_warning) if w)
+        builds = [p.name for p in platforms if p.windows]
+        for component in (v.ZTUNNEL, v.ISTIO_CNI):
+            image_warning = v.windows_image_warning(spec, component, builds)
+            if image_warning:
+                warnings.append(image_warning)
 
     accounts: list[tuple[str, Component]] = []
     if platforms:
@@ -280,7 +368,11 @@ def render_dataplane(spec: AmbientMeshSpec, facts: ClusterFacts) -> RenderResult
             daemonsets.append(obj)
             plans.append(DaemonSetPlan(obj["metadata"]["name"], component, plat.name, nodes))
     if platforms:
-        cni_names = [p.name for p in plans if p.component == v.ISTIO_CNI]
+        # Only the Linux agent looks its DaemonSet up, by the one name the agent
+        # knows (istio-cni-node); the Windows agents skip the lookup.
+        cni_names = [
+            p.name for p in plans if p.component == v.ISTIO_CNI and p.platform == PLATFORM_LINUX
+        ]
         objects.extend(_rbac(spec, cni_names))
     objects.extend(_cni_config(spec, plat) for plat in platforms)
     objects.extend(daemonsets)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,21 @@ ISTIO_CNI: Component = "istio-cni"
 
 # Upstream image repository names of the two agents.
 IMAGE_NAMES: dict[Component, str] = {ZTUNNEL: "ztunnel", ISTIO_CNI: "install-cni"}
+# Istio publishes no Windows images. Its Windows experiment (istio/istio,
+# branch experimental-windows-ambient) builds them as these targets of
+# tools/docker.yaml, from these Dockerfiles, for HostProcess pods of any build.
+WINDOWS_IMAGE_NAMES: dict[Component, str] = {
+    ZTUNNEL: "ztunnel-windows",
+    ISTIO_CNI: "install-cni-windows",
+}
+WINDOWS_DOCKERFILES: dict[Component, str] = {
+    ZTUNNEL: "pilot/docker/Dockerfile.ztunnel-windows",
+    ISTIO_CNI: "cni/deployments/kubernetes/Dockerfile.install-cni-windows",
+}
+WINDOWS_IMAGE_FIELDS: dict[Component, str] = {
+    ZTUNNEL: "spec.images.ztunnel.windows",
+    ISTIO_CNI: "spec.images.istioCni.windows",
+}
 
 SA_ZTUNNEL = "ztunnel"
 SA_ZTUNNEL_WINDOWS = "ztunnel-windows"
@@ -78,16 +94,52 @@ def linux_image(spec: AmbientMeshSpec, component: Component) -> str:
     return override or f"{spec.images.hub}/{IMAGE_NAMES[component]}:{spec.images.tag}"
 
 
-def windows_image(spec: AmbientMeshSpec, component: Component, build: str) -> str:
-    """Image of a component on one Windows build: per-build override, Windows override, default."""
+def _windows_override(spec: AmbientMeshSpec, component: Component, build: str) -> str | None:
     image = _component_image(spec, component)
     per_build = {str(key): ref for key, ref in (image.windows_builds or {}).items()}
-    if build in per_build:
-        return per_build[build]
-    if image.windows:
-        return image.windows
-    tag = f"{spec.images.tag}-{windows_suffix(build)}"
-    return f"{spec.images.hub}/{IMAGE_NAMES[component]}:{tag}"
+    return per_build.get(build) or image.windows
+
+
+def default_windows_image(spec: AmbientMeshSpec, component: Component) -> str:
+    """The Windows image when none is set: the experiment's name under hub and tag."""
+    return f"{spec.images.hub}/{WINDOWS_IMAGE_NAMES[component]}:{spec.images.tag}"
+
+
+def windows_image(spec: AmbientMeshSpec, component: Component, build: str) -> str:
+    """Image of a component on one Windows build: per-build override, Windows override, default.
+
+    The default is rendered although nobody publishes it: it is the name the
+    experiment's own build gives, so an image built and pushed under the
+    spec's hub and tag is picked up without another change, and until then
+    the pods' pull errors show on the DaemonSet while `windows_image_warning`
+    says which field to set. Leaving the agents out instead would report
+    nothing on the DaemonSets and still leave the Windows nodes without them.
+    """
+    return _windows_override(spec, component, build) or default_windows_image(spec, component)
+
+
+def windows_image_warning(
+    spec: AmbientMeshSpec, component: Component, builds: Sequence[str]
+) -> str | None:
+    """Why the default Windows image of a component will likely not pull, if any build uses it.
+
+    Any registry is a guess, not only Istio's: a mirror of Istio's has no
+    Windows images either, so the warning stays until the field is set.
+    """
+    defaulted = [b for b in builds if _windows_override(spec, component, b) is None]
+    if not defaulted:
+        return None
+    field = WINDOWS_IMAGE_FIELDS[component]
+    where = " and ".join(
+        f"{c.WINDOWS_BUILD_NAMES.get(b, 'Windows')} (build {b})" for b in sorted(defaulted)
+    )
+    return (
+        f"{field} is unset, so {component} on {where} uses "
+        f"{default_windows_image(spec, component)}, which Istio does not publish: build the "
+        f"{WINDOWS_IMAGE_NAMES[component]} image of istio/istio's experimental-windows-ambient "
+        f"branch ({WINDOWS_DOCKERFILES[component]}), push it, and set {field} to its "
+        "reference (even if it is this name)"
+    )
 
 
 def resources(res: Resources) -> dict[str, dict[str, str]]:
