@@ -79,5 +79,10 @@ ANNOTATION_GATEWAY_SERVICE_ACCOUNT: Final = "gateway.istio.io/service-account"
 LABEL_DEFAULTS_FOR_CLASS: Final = "gateway.istio.io/defaults-for-class"
 ISTIO_WAYPOINT_CLASS: Final = "istio-waypoint"
 ISTIO_MESH_CONTROLLER: Final = "istio.io/mesh-controller"
+# istiod tells waypoint objects (Service, Deployment, pods) from ordinary ones
+# by this label; without it a namespace's use-waypoint binds the waypoint's
+# own Service to itself and its pods are indexed as plain workloads.
+LABEL_GATEWAY_MANAGED: Final = "gateway.istio.io/managed"
+GATEWAY_MANAGED_MESH: Final = "istio.io-mesh-controller"
 WAYPOINT_FOR_VALUES: Final = ("service", "workload", "all", "none")
 PROTOCOL_HBONE: Final = "HBONE"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -54,6 +54,24 @@ def spec_error(exc: ValidationError) -> str:
     first = exc.errors()[0]
     path = ".".join(str(part) for part in ("spec", *first["loc"]))
     return f"{path}: {first['msg']}"
+
+
+def trust_message(trusted: Sequence[str], missing: Sequence[str]) -> str:
+    """IstiodTrustMissing: what istiod trusts, what it lacks, and the Helm value that fixes it.
+
+    Upstream's istiod chart renders CA_TRUSTED_NODE_ACCOUNTS from
+    `trustedZtunnelNamespace`/`trustedZtunnelName`, one account only, unless
+    `env.CA_TRUSTED_NODE_ACCOUNTS` is set; the Windows ztunnels' account
+    needs the latter. The value keeps what istiod trusts already.
+    """
+    wanted = ",".join(dict.fromkeys([*trusted, *missing]))
+    now = ",".join(trusted) or "nothing"
+    return (
+        f"istiod's CA_TRUSTED_NODE_ACCOUNTS ({now}) lacks {', '.join(missing)}; those "
+        "ztunnels cannot get certificates for their pods. Set the istiod chart value "
+        f"env.CA_TRUSTED_NODE_ACCOUNTS={wanted} (helm upgrade ... --reuse-values "
+        f"--set-string env.CA_TRUSTED_NODE_ACCOUNTS={wanted.replace(',', chr(92) + ',')})"
+    )
 
 
 class DataplaneController:
@@ -113,37 +131,37 @@ class DataplaneController:
                     f"Service {spec.namespace}/{service} not found; agents cannot reach istiod",
                 )
             )
-        missing = self._untrusted_accounts(spec, result)
-        if missing:
-            problems.append(
-                Problem(
-                    "IstiodTrustMissing",
-                    f"istiod's CA_TRUSTED_NODE_ACCOUNTS lacks {', '.join(missing)}; "
-                    "those ztunnels cannot get certificates for their pods",
-                )
-            )
+        trust = self._trust(spec, result)
+        if trust is not None and trust[1]:
+            trusted, missing = trust
+            problems.append(Problem("IstiodTrustMissing", trust_message(trusted, missing)))
         for warning in result.warnings:
             problems.append(Problem("RenderWarning", warning))
         return problems
 
-    def _untrusted_accounts(self, spec: AmbientMeshSpec, result: RenderResult) -> list[str]:
+    def _trust(
+        self, spec: AmbientMeshSpec, result: RenderResult
+    ) -> tuple[list[str], list[str]] | None:
+        """(accounts istiod trusts, our ztunnel accounts it does not); None without istiod."""
         deployment = self.state.deployments.get((spec.namespace, spec.istiod.service()))
         if deployment is None:
-            return []  # nothing to check; IstiodNotFound covers a missing istiod
+            return None  # nothing to check; IstiodNotFound covers a missing istiod
         ztunnel_accounts = sorted(
             f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
             for obj in result.objects
             if obj["kind"] == "ServiceAccount"
             and obj["metadata"].get("labels", {}).get(c.LABEL_COMPONENT) == "ztunnel"
         )
-        trusted: set[str] = set()
+        trusted: list[str] = []
         for container in (
             deployment.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
         ):
             for env in container.get("env") or []:
                 if env.get("name") == "CA_TRUSTED_NODE_ACCOUNTS":
-                    trusted |= {p.strip() for p in str(env.get("value", "")).split(",")}
-        return [acct for acct in ztunnel_accounts if acct not in trusted]
+                    trusted += [
+                        p.strip() for p in str(env.get("value", "")).split(",") if p.strip()
+                    ]
+        return trusted, [acct for acct in ztunnel_accounts if acct not in trusted]
 
     # -- the reconcile --------------------------------------------------------
     async def reconcile(self) -> None:

@@ -440,6 +440,9 @@ def _objects(
         c.LABEL_PART_OF: c.PART_OF,
         c.LABEL_GATEWAY_NAME: gateway_name,
         c.LABEL_GATEWAY_CLASS_NAME: class_name,
+        # istiod's deployment controller puts this on every waypoint object it
+        # writes; ours are waypoints too and must be read as such.
+        c.LABEL_GATEWAY_MANAGED: c.GATEWAY_MANAGED_MESH,
     }
     if waypoint is not None:
         reserved[c.LABEL_WAYPOINT_FOR] = waypoint
@@ -503,6 +506,12 @@ def _objects(
         render_object(
             "waypoint-service.yaml.j2",
             **common,
+            # istiod asks ztunnel to prefer waypoint endpoints close to the
+            # client; the user's own infrastructure annotation may override it.
+            service_annotations={
+                "networking.istio.io/traffic-distribution": "PreferClose",
+                **infra_annotations,
+            },
             selector=selector,
             ports=_service_ports(listeners),
         )

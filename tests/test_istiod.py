@@ -1,0 +1,464 @@
+"""istiod itself judges what the operator writes.
+
+This module runs a control plane of its own with Istio installed the way a
+user installs it: upstream's ``base`` and ``istiod`` charts through the real
+``helm`` with ``profile=ambient``, and ``pilot-discovery`` from the pinned
+``istio.io/istio`` module running against the API server with that
+Deployment's arguments and environment (see ``devcluster/istio.py``). The
+operator runs beside it. Every expectation here is read from istiod's own
+debug endpoints (``/debug/ambientz``) or from objects istiod itself wrote,
+never from the operator's render.
+
+No istio-cni runs under kwok, so where istio-cni would mark a pod redirected
+(``ambient.istio.io/redirection: enabled`` through ``pods/status``) the test
+does that write itself, as istio-cni's ServiceAccount would.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from ambient_operator import constants as c
+from ambient_operator.devcluster import (
+    IstioControlPlane,
+    LocalCluster,
+    apply_dirs,
+    apply_objects,
+    cluster_dns_service,
+    create_nodes,
+)
+from conftest import BIN_DIR, SAMPLE_NODES, binaries_present, unique_name, wait_for
+from operator_harness import RunningOperator
+from upstream_diff import check_table, compare, key_lists, pod_view, pruned
+
+ROOT = Path(__file__).resolve().parents[1]
+GW_GROUP, GW_VERSION = "gateway.networking.k8s.io", "v1"
+ISTIO_NS = "istio-system"
+MESH_LISTENER = {"name": "mesh", "port": 15008, "protocol": "HBONE"}
+TIMEOUT = 90.0
+
+
+@pytest.fixture(scope="module")
+def istio_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Our own control plane: the sample nodes, our CRDs, Gateway API v1.6."""
+    if not binaries_present() or not (BIN_DIR / "pilot-discovery").exists():
+        pytest.fail(
+            f"binaries missing in {BIN_DIR} (pilot-discovery too); run hack/build-binaries.sh"
+        )
+    gateway_api = ROOT / ".cache" / "gateway-api" / "v1.6"
+    with LocalCluster(tmp_path_factory.mktemp("istiod-cluster"), bin_dir=BIN_DIR) as local:
+        with local.api_client() as api:
+            apply_dirs(api, [ROOT / "crds", gateway_api], timeout=60)
+            create_nodes(api, SAMPLE_NODES, timeout=60)
+            apply_objects(api, [cluster_dns_service()])
+        yield local
+
+
+@pytest.fixture(scope="module")
+def istio(
+    istio_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[IstioControlPlane]:
+    """Istio from its charts, istiod running."""
+    plane = IstioControlPlane(istio_cluster.kubeconfig, tmp_path_factory.mktemp("istiod"), BIN_DIR)
+    with plane:
+        yield plane
+    assert "panic:" not in plane.log_file.read_text(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def api(istio_cluster: LocalCluster) -> Iterator[client.ApiClient]:
+    """Admin client of the module's cluster."""
+    with istio_cluster.api_client() as admin:
+        yield admin
+
+
+@pytest.fixture(scope="module")
+def operator(
+    istio_cluster: LocalCluster,
+    istio: IstioControlPlane,
+    api: client.ApiClient,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[RunningOperator]:
+    """The operator beside istiod, with the sample AmbientMesh."""
+    op = RunningOperator(istio_cluster, tmp_path_factory.mktemp("istiod-operator"))
+    with op.running():
+        sample = ROOT / "operator" / "ambient_operator" / "samples" / "ambientmesh.yaml"
+        apply_objects(api, [yaml.safe_load(sample.read_text())])
+        yield op
+    assert "Traceback" not in op.log_text(), op.log_text()[-4000:]
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def _b64_ip(value: Any) -> str | None:
+    """ambientz writes each IP as the base64 of its text form (see istiod's debug.go)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return base64.b64decode(value, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return value
+
+
+def ambient_services(istio: IstioControlPlane) -> dict[tuple[str, str], dict[str, Any]]:
+    """istiod's ambient Services by (namespace, name)."""
+    view = istio.debug("/debug/ambientz")
+    return {(s["namespace"], s["name"]): s for s in view.get("services") or []}
+
+
+def ambient_workloads(istio: IstioControlPlane) -> dict[tuple[str, str], dict[str, Any]]:
+    """istiod's ambient workloads (pods) by (namespace, name)."""
+    view = istio.debug("/debug/ambientz")
+    return {(w["namespace"], w["name"]): w for w in view.get("workloads") or []}
+
+
+def waypoint_ip(entry: dict[str, Any]) -> str | None:
+    """The IP of the waypoint istiod assigned to a Service or workload, if any."""
+    waypoint = entry.get("waypoint") or {}
+    address = (waypoint.get("address") or {}).get("address")
+    return _b64_ip(address)
+
+
+def make_namespace(api: client.ApiClient, name: str, labels: dict[str, str]) -> None:
+    """A namespace with labels, and its default ServiceAccount."""
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": name, "labels": labels}})
+    wait_for(lambda: core.read_namespaced_service_account("default", name), 30, "default SA")
+
+
+def create_gateway(api: client.ApiClient, namespace: str, name: str, class_name: str) -> None:
+    """A waypoint Gateway with the one HBONE listener."""
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        GW_GROUP,
+        GW_VERSION,
+        namespace,
+        "gateways",
+        {
+            "apiVersion": f"{GW_GROUP}/{GW_VERSION}",
+            "kind": "Gateway",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"gatewayClassName": class_name, "listeners": [MESH_LISTENER]},
+        },
+    )
+
+
+def gateway(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    """A Gateway as a dict."""
+    obj: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GW_GROUP, GW_VERSION, namespace, "gateways", name
+    )
+    return obj
+
+
+def programmed_address(api: client.ApiClient, namespace: str, name: str) -> str | None:
+    """The Gateway's first IP address once Programmed=True."""
+    obj = gateway(api, namespace, name)
+    status = obj.get("status") or {}
+    programmed = any(
+        cond["type"] == "Programmed" and cond["status"] == "True"
+        for cond in status.get("conditions") or []
+    )
+    ips = [a["value"] for a in status.get("addresses") or [] if a.get("type") == "IPAddress"]
+    return ips[0] if programmed and ips else None
+
+
+def app(
+    namespace: str, name: str, node: str, labels: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """A pod pinned to a node (any OS), and a Service selecting it."""
+    tolerations = [{"operator": "Exists"}]
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {"app": name, **(labels or {})},
+            },
+            "spec": {
+                "nodeName": node,
+                "tolerations": tolerations,
+                "containers": [{"name": "app", "image": "registry.example/app:1"}],
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"selector": {"app": name}, "ports": [{"name": "http", "port": 80}]},
+        },
+    ]
+
+
+def redirect(api: client.ApiClient, namespace: str, name: str) -> None:
+    """What istio-cni writes once a pod's traffic is redirected (there is no CNI under kwok)."""
+    client.CoreV1Api(api).patch_namespaced_pod_status(
+        name, namespace, {"metadata": {"annotations": {c.ANNOTATION_REDIRECTION: "enabled"}}}
+    )
+
+
+def node_os(api: client.ApiClient) -> dict[str, str]:
+    """Each node's kubernetes.io/os label."""
+    return {
+        n.metadata.name: (n.metadata.labels or {}).get(c.LABEL_OS, "")
+        for n in client.CoreV1Api(api).list_node().items
+    }
+
+
+# -- istiod is real ---------------------------------------------------------------------------
+
+
+def test_istiods_webhooks_answer_the_api_server(
+    api: client.ApiClient, istio: IstioControlPlane
+) -> None:
+    """The charts' webhooks reach this istiod: it rejects bad config and injects sidecars."""
+    ns = unique_name("istiod-hooks")
+    make_namespace(api, ns, {"istio-injection": "enabled"})
+    bad = {
+        "apiVersion": "security.istio.io/v1",
+        "kind": "AuthorizationPolicy",
+        "metadata": {"name": "bad", "namespace": ns},
+        "spec": {"rules": [{"to": [{"operation": {"methods": [""]}}]}]},
+    }
+    custom = client.CustomObjectsApi(api)
+
+    def rejection() -> str | None:
+        # istiod serves validation a moment after it reports ready; until then
+        # the API server may admit the object, so take it back and ask again.
+        try:
+            custom.create_namespaced_custom_object(
+                "security.istio.io", "v1", ns, "authorizationpolicies", bad
+            )
+        except client.ApiException as exc:
+            return f"{exc.status} {json.loads(exc.body)['message']}"
+        custom.delete_namespaced_custom_object(
+            "security.istio.io", "v1", ns, "authorizationpolicies", "bad"
+        )
+        return None
+
+    answer = wait_for(rejection, TIMEOUT, "istiod's validation webhook to reject bad config")
+    assert answer.startswith("400 "), answer
+    assert 'admission webhook "validation.istio.io" denied the request' in answer, answer
+    core = client.CoreV1Api(api)
+
+    def injected() -> list[str] | None:
+        # The injector, too, may answer a moment after istiod reports ready.
+        pod = core.create_namespaced_pod(
+            ns, {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "app", "image": "x"}]}}
+        )
+        # Istio injects its proxy as a native sidecar (an init container that keeps running).
+        names = [ct.name for ct in [*(pod.spec.init_containers or []), *pod.spec.containers]]
+        if "istio-proxy" in names:
+            return names
+        core.delete_namespaced_pod("p", ns, grace_period_seconds=0)
+        wait_for(lambda: not core.list_namespaced_pod(ns).items, TIMEOUT, "uninjected pod gone")
+        return None
+
+    names = wait_for(injected, TIMEOUT, "istiod's injector to add its sidecar")
+    assert names[-1] == "app" and "istio-proxy" in names, names
+
+
+# -- waypoints ------------------------------------------------------------------------------
+
+
+def test_our_waypoint_is_istiods_waypoint_and_never_its_own(
+    api: client.ApiClient, istio: IstioControlPlane, operator: RunningOperator
+) -> None:
+    """A namespace's use-waypoint binds its Services to our waypoint, not the waypoint's own."""
+    ns = unique_name("wp-bind")
+    make_namespace(api, ns, {c.LABEL_DATAPLANE_MODE: "ambient", c.LABEL_USE_WAYPOINT: "wp"})
+    apply_objects(api, app(ns, "web", "linux-amd64-1"))
+    create_gateway(api, ns, "wp", "ambient-waypoint")
+    address = wait_for(lambda: programmed_address(api, ns, "wp"), TIMEOUT, "wp Programmed")
+    host = f"wp.{ns}.svc.cluster.local"
+
+    def bound() -> dict[tuple[str, str], dict[str, Any]] | None:
+        services = ambient_services(istio)
+        web = services.get((ns, "web"))
+        if web is None or (web.get("waypoint") or {}).get("hostname", {}).get("hostname") != host:
+            return None
+        return services
+
+    services = wait_for(bound, TIMEOUT, f"istiod binding {ns}/web to its waypoint")
+    own = services[(ns, "wp")]
+    assert [_b64_ip(a.get("address")) for a in own["addresses"]] == [address]
+    assert "waypoint" not in own, f"the waypoint's own Service names a waypoint: {own}"
+    # Its pods are the waypoint, not workloads that could use one.
+    pods = [w for (wns, _), w in ambient_workloads(istio).items() if wns == ns]
+    waypoint_pods = [w for w in pods if w.get("workloadName") == "wp"]
+    assert waypoint_pods and all("waypoint" not in w for w in waypoint_pods), pods
+
+
+def _view(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
+    """An object read from the API as a comparable view, minus what the API server
+    or controllers assign; its namespace's name is written `<namespace>`."""
+    out: dict[str, Any] = json.loads(json.dumps(obj).replace(namespace, "<namespace>"))
+    meta = out["metadata"]
+    for key in (
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+        "generation",
+        "managedFields",
+        "ownerReferences",
+        "namespace",
+    ):
+        meta.pop(key, None)
+    (meta.get("annotations") or {}).pop("deployment.kubernetes.io/revision", None)
+    out.pop("status", None)
+    spec = out.get("spec") or {}
+    for allocated in ("clusterIP", "clusterIPs"):
+        spec.pop(allocated, None)
+    view = pruned(out)
+    name = f"{obj['kind']}/{obj['metadata']['name']}"
+    if obj["kind"] == "Deployment":
+        template = dict(view["spec"]["template"])
+        template["spec"] = pod_view(template["spec"], name)
+        view = {**view, "spec": {**view["spec"], "template": template}}
+    result: dict[str, Any] = key_lists(view, name)
+    return result
+
+
+def test_istio_waypoint_is_pinned_to_linux_and_matches_ours_field_by_field(
+    api: client.ApiClient, istio: IstioControlPlane, operator: RunningOperator
+) -> None:
+    """istiod's own waypoint carries our Linux pin; its objects and ours differ only as listed."""
+    ours_ns, istio_ns = unique_name("cmp-ours"), unique_name("cmp-istiod")
+    for ns, cls in ((ours_ns, "ambient-waypoint"), (istio_ns, c.ISTIO_WAYPOINT_CLASS)):
+        make_namespace(api, ns, {})
+        create_gateway(api, ns, "waypoint", cls)
+    for ns in (ours_ns, istio_ns):
+        wait_for(lambda ns=ns: programmed_address(api, ns, "waypoint"), TIMEOUT, f"{ns} Programmed")
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    istio_dep = apps.read_namespaced_deployment("waypoint", istio_ns)
+    # Written by istiod, pinned by the class defaults the operator keeps for istio-waypoint.
+    assert istio_dep.spec.template.spec.node_selector == {c.LABEL_OS: "linux"}
+
+    upstream, ours = {}, {}
+    for kind, read in (
+        ("Deployment", apps.read_namespaced_deployment),
+        ("Service", core.read_namespaced_service),
+        ("ServiceAccount", core.read_namespaced_service_account),
+    ):
+        for side, ns in ((upstream, istio_ns), (ours, ours_ns)):
+            obj = api.sanitize_for_serialization(read("waypoint", ns))
+            side[f"{kind}/waypoint"] = _view({"kind": kind, **obj}, ns)
+    check_table("waypoint", compare(upstream, ours))
+
+
+# -- enrollment -----------------------------------------------------------------------------
+
+
+def test_enrolled_pods_on_every_os_are_istiods_ambient_workloads(
+    api: client.ApiClient, istio: IstioControlPlane, operator: RunningOperator
+) -> None:
+    """Pods we count as enrolled and redirected are HBONE workloads to istiod, per OS."""
+    ns = unique_name("enrolled")
+    make_namespace(api, ns, {c.LABEL_DATAPLANE_MODE: "ambient"})
+    placed = {"on-linux": "linux-amd64-1", "on-ws2022": "win2022-1", "on-ws2025": "win2025-1"}
+    for name, node in placed.items():
+        apply_objects(api, app(ns, name, node))
+    # Enrolled but not redirected yet: istiod must not treat it as captured.
+    apply_objects(api, app(ns, "not-yet", "linux-amd64-2"))
+    for name in placed:
+        wait_for(
+            lambda name=name: client.CoreV1Api(api).read_namespaced_pod(name, ns).status.pod_ip,
+            TIMEOUT,
+            f"{name} running",
+        )
+        redirect(api, ns, name)
+
+    def captured() -> dict[str, str] | None:
+        workloads = ambient_workloads(istio)
+        mine = {n: w for (wns, n), w in workloads.items() if wns == ns}
+        if set(mine) != {*placed, "not-yet"}:
+            return None
+        hbone = {n: w["node"] for n, w in mine.items() if w.get("tunnelProtocol") == "HBONE"}
+        return hbone if set(hbone) == set(placed) else None
+
+    hbone = wait_for(captured, TIMEOUT, f"istiod to see {ns}'s pods as ambient workloads")
+    assert hbone == placed
+    assert ambient_workloads(istio)[(ns, "not-yet")].get("tunnelProtocol") is None
+
+    # Cluster-wide, istiod's captured workloads per OS are what the AmbientMesh counts.
+    oses = node_os(api)
+
+    def counts_agree() -> tuple[dict[str, int], dict[str, int]] | None:
+        theirs = {"linux": 0, "windows": 0}
+        for w in ambient_workloads(istio).values():
+            # HBONE without nativeTunnel is ztunnel's capture; nativeTunnel
+            # marks a sidecar that speaks HBONE itself (sidecar wins).
+            captured = w.get("tunnelProtocol") == "HBONE" and not w.get("nativeTunnel")
+            if captured and w.get("workloadType", "POD") == "POD":
+                theirs[oses.get(w.get("node", ""), "linux")] += 1
+        mesh = client.CustomObjectsApi(api).get_cluster_custom_object(
+            c.API_GROUP, c.API_VERSION, c.PLURAL, c.MESH_NAME
+        )
+        enrollment = (mesh.get("status") or {}).get("enrollment") or {}
+        mine = {
+            "linux": (enrollment.get("linuxPods") or {}).get("enabled", -1),
+            "windows": (enrollment.get("windowsPods") or {}).get("enabled", -1),
+        }
+        seen.append((theirs, mine))
+        return (theirs, mine) if theirs == mine and theirs["windows"] >= 2 else None
+
+    seen: list[tuple[dict[str, int], dict[str, int]]] = []
+    try:
+        wait_for(
+            counts_agree, TIMEOUT, "AmbientMesh enrollment to match istiod's captured workloads"
+        )
+    except TimeoutError as exc:
+        raise AssertionError(f"istiod, ours (last seen): {seen[-1:]}") from exc
+
+
+# -- trust ------------------------------------------------------------------------------------
+
+
+def _degraded(api: client.ApiClient) -> dict[str, Any]:
+    mesh = client.CustomObjectsApi(api).get_cluster_custom_object(
+        c.API_GROUP, c.API_VERSION, c.PLURAL, c.MESH_NAME
+    )
+    return next(
+        cond
+        for cond in (mesh.get("status") or {}).get("conditions") or []
+        if cond["type"] == "Degraded"
+    )
+
+
+def test_trust_check_reads_what_the_real_chart_renders(
+    api: client.ApiClient, istio: IstioControlPlane, operator: RunningOperator
+) -> None:
+    """Upstream's default trusts only istio-system/ztunnel; we say which Helm value adds ours."""
+    istio.install(trust_windows=False)
+    try:
+        dep = client.AppsV1Api(api).read_namespaced_deployment("istiod", ISTIO_NS)
+        env = {e.name: e.value for e in dep.spec.template.spec.containers[0].env}
+        assert env["CA_TRUSTED_NODE_ACCOUNTS"] == "istio-system/ztunnel"  # the chart's default
+
+        def missing() -> str | None:
+            message = str(_degraded(api)["message"])
+            return message if "lacks istio-system/ztunnel-windows" in message else None
+
+        message = wait_for(missing, TIMEOUT, "IstiodTrustMissing in Degraded")
+        assert (
+            "env.CA_TRUSTED_NODE_ACCOUNTS=istio-system/ztunnel,istio-system/ztunnel-windows"
+            in message
+        ), message
+    finally:
+        istio.install()
+    wait_for(
+        lambda: "CA_TRUSTED_NODE_ACCOUNTS" not in str(_degraded(api)["message"]),
+        TIMEOUT,
+        "the trust problem to clear once the value is set",
+    )
