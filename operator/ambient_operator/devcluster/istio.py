@@ -61,20 +61,6 @@ def charts_dir() -> Path:
     return Path(env) if env else repo_root() / ".cache" / "istio" / "charts"
 
 
-def istio_dev_version() -> str:
-    """The pinned module's development line (its VERSION file), e.g. ``1.31``."""
-    return (charts_dir() / "VERSION").read_text().strip()
-
-
-def pinned_module_version() -> str:
-    """The ``istio.io/istio`` version in ``hack/cluster/istio/go.mod``."""
-    for line in (repo_root() / "hack" / "cluster" / "istio" / "go.mod").read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and parts[-2] == "istio.io/istio":
-            return parts[-1]
-    raise ClusterError("hack/cluster/istio/go.mod pins no istio.io/istio")
-
-
 def helm(
     bin_dir: Path,
     *args: str,
