@@ -1,0 +1,161 @@
+"""Ownership before every write (ownership.py, writer.py), against the real API server.
+
+The rule's cases are literal objects; the writer is exercised on a live
+cluster, where another party's object, a race on creation and a stale
+resourceVersion are real.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from ambient_operator import constants as c
+from ambient_operator.apply import Owner, prepare
+from ambient_operator.kube.client import Kube, KubeError, load_api_client
+from ambient_operator.kube.resources import KINDS
+from ambient_operator.ownership import conflict, may_prune
+from ambient_operator.writer import NameConflictError, prune, write
+from conftest import unique_name
+
+MESH = Owner("ambientoperator.io/v1alpha1", "AmbientMesh", "default", "uid-mesh")
+OTHER = Owner("gateway.networking.k8s.io/v1", "Gateway", "frontend", "uid-gw")
+
+
+def _obj(**meta: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", **meta}}
+
+
+def _ref(uid: str, controller: bool = True) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Gateway",
+        "name": "g",
+        "uid": uid,
+        "controller": controller,
+    }
+
+
+APPLIED = [{"manager": c.FIELD_MANAGER, "operation": "Apply"}]
+
+
+@pytest.mark.parametrize(
+    ("live", "owner", "ours"),
+    [
+        (None, MESH, True),
+        (_obj(ownerReferences=[_ref("uid-mesh")]), MESH, True),
+        (_obj(ownerReferences=[_ref("uid-gw")]), MESH, False),
+        # A non-controller reference to us does not make it ours.
+        (_obj(ownerReferences=[_ref("uid-mesh", controller=False)]), MESH, False),
+        # Our labels and even our apply entry do not make it this owner's.
+        (_obj(labels={c.LABEL_MANAGED_BY: c.MANAGED_BY}, managedFields=APPLIED), MESH, False),
+        (_obj(managedFields=APPLIED), None, True),
+        (_obj(managedFields=[{"manager": c.FIELD_MANAGER, "operation": "Update"}]), None, False),
+        (_obj(managedFields=[{"manager": "helm", "operation": "Apply"}]), None, False),
+        (_obj(), None, False),
+    ],
+)
+def test_conflict_rule(live: dict[str, Any] | None, owner: Owner | None, ours: bool) -> None:
+    assert (conflict(live, owner) is None) is ours
+
+
+def test_conflict_names_the_holder() -> None:
+    why = conflict(_obj(namespace="team", ownerReferences=[_ref("uid-gw")]), MESH)
+    assert why == (
+        "ConfigMap team/x exists and is controlled by Gateway g, not by AmbientMesh default"
+    )
+
+
+def test_may_prune_needs_ownership_and_scope() -> None:
+    ours = _obj(namespace="istio-system", ownerReferences=[_ref("uid-mesh")])
+    assert may_prune(ours, MESH, {"istio-system"})
+    assert not may_prune(ours, MESH, {"kube-system"})
+    assert may_prune(ours, MESH, None)
+    assert not may_prune(_obj(namespace="istio-system"), MESH, {"istio-system"})
+    cluster_scoped = {**_obj(ownerReferences=[_ref("uid-mesh")]), "kind": "ClusterRole"}
+    assert may_prune(cluster_scoped, MESH, {"istio-system"})
+
+
+# -- against the API server ------------------------------------------------------------------
+
+
+@pytest.fixture
+def kube(k8s: client.ApiClient, cluster: Any) -> Iterator[Kube]:
+    api = load_api_client(str(cluster.kubeconfig))
+    yield Kube(api, field_manager=c.FIELD_MANAGER)
+
+
+def _config_map(namespace: str, name: str, data: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": data,
+    }
+
+
+def test_create_claims_fields_for_apply_so_dropped_fields_go(kube: Kube, namespace: str) -> None:
+    owner = OTHER
+    first = prepare(_config_map(namespace, "cm", {"a": "1", "b": "2"}), owner, "test")
+    live = write(kube, first, None, owner)
+    managers = [(m["manager"], m["operation"]) for m in live["metadata"]["managedFields"]]
+    assert managers == [(c.FIELD_MANAGER, "Apply")]
+    second = prepare(_config_map(namespace, "cm", {"a": "1"}), owner, "test")
+    live = write(kube, second, live, owner)
+    assert live["data"] == {"a": "1"}
+
+
+def test_someone_elses_object_is_never_written_or_pruned(
+    kube: Kube, k8s: client.ApiClient, namespace: str
+) -> None:
+    core = client.CoreV1Api(k8s)
+    core.create_namespaced_config_map(
+        namespace, {"metadata": {"name": "theirs"}, "data": {"db": "secret-ish"}}
+    )
+    ours = prepare(_config_map(namespace, "theirs", {"db": "ours"}), OTHER, "test")
+    # Our cache has not seen it: the create finds it and refuses to take it over.
+    with pytest.raises(NameConflictError) as refused:
+        write(kube, ours, None, OTHER)
+    assert "ConfigMap" in refused.value.message and "theirs" in refused.value.message
+    live = core.read_namespaced_config_map("theirs", namespace)
+    assert live.data == {"db": "secret-ish"}
+    assert not live.metadata.owner_references
+    # Labelled as if ours: still refused, and never pruned.
+    core.patch_namespaced_config_map(
+        "theirs", namespace, {"metadata": {"labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY}}}
+    )
+    labelled = kube.get(KINDS[("v1", "ConfigMap")], "theirs", namespace)
+    with pytest.raises(NameConflictError):
+        write(kube, ours, labelled, OTHER)
+    assert labelled is not None and not prune(kube, labelled, OTHER, None)
+    assert core.read_namespaced_config_map("theirs", namespace).data == {"db": "secret-ish"}
+
+
+def test_stale_resource_version_is_refreshed_and_ownership_rechecked(
+    kube: Kube, k8s: client.ApiClient, namespace: str
+) -> None:
+    created = write(
+        kube, prepare(_config_map(namespace, "cm", {"a": "1"}), OTHER, "t"), None, OTHER
+    )
+    core = client.CoreV1Api(k8s)
+    # Somebody else takes the controller reference away after our cache saw it.
+    # A merge patch replaces the list: theirs is then the only controller.
+    core.patch_namespaced_config_map(
+        "cm",
+        namespace,
+        {"metadata": {"ownerReferences": [{**_ref("uid-someone"), "name": "them"}]}},
+        _content_type="application/merge-patch+json",
+    )
+    with pytest.raises(NameConflictError):
+        write(kube, prepare(_config_map(namespace, "cm", {"a": "2"}), OTHER, "t"), created, OTHER)
+    assert core.read_namespaced_config_map("cm", namespace).data == {"a": "1"}
+
+
+def test_refused_create_is_a_kube_error_not_a_conflict(kube: Kube) -> None:
+    bad = prepare(_config_map(unique_name("no-such-ns"), "cm", {}), OTHER, "t")
+    with pytest.raises(KubeError) as failed:
+        write(kube, bad, None, OTHER)
+    assert failed.value.status == 404
