@@ -164,3 +164,60 @@ def test_kubectl_apply_client_and_server_side(cluster: Any, crds_installed: None
             check=False,
         )
         assert done.returncode == 0, done.stderr
+
+
+# istiod's own controllers (pkg/config/constants, and PILOT_GATEWAY_API_CONTROLLER_NAME's
+# default in pilot/pkg/features) and a subdomain of theirs: a class naming one is istiod's.
+ISTIOD_CONTROLLERS = [
+    "istio.io/mesh-controller",
+    "istio.io/gateway-controller",
+    "istio.io/unmanaged-gateway",
+    "istio.io/eastwest-controller",
+    "waypoints.istio.io/controller",
+]
+OTHER_CONTROLLERS = [
+    "ambientoperator.io/waypoint-controller",
+    "example.com/istio.io/mesh-controller",
+    "istio.io.example.com/waypoints",
+]
+BAD_PRIORITY_CLASSES = ["System-Node-Critical", "team/critical", "-critical", "a_b", "a" * 254]
+GOOD_PRIORITY_CLASSES = ["system-node-critical", "team.critical-1", "a" * 253]
+
+
+def test_models_refuse_istiod_controllers_and_priority_classes_that_are_no_names() -> None:
+    for name in ISTIOD_CONTROLLERS:
+        with pytest.raises(ValidationError, match="istiod serves") as err:
+            AmbientMesh.model_validate(_mesh(waypoints={"controllerName": name}))
+        assert "waypoints.controllerName" in str(err.value)
+    for name in OTHER_CONTROLLERS:
+        spec = AmbientMesh.model_validate(_mesh(waypoints={"controllerName": name})).spec
+        assert spec.waypoints.controller_name == name
+    for name in BAD_PRIORITY_CLASSES:
+        with pytest.raises(ValidationError, match="priorityClassName"):
+            AmbientMesh.model_validate(_mesh(priorityClassName=name))
+    for name in GOOD_PRIORITY_CLASSES:
+        assert AmbientMesh.model_validate(_mesh(priorityClassName=name)).spec.priority_class_name
+
+
+@pytest.mark.cluster
+def test_api_server_refuses_istiod_controllers(kube: Kube) -> None:
+    for name in ISTIOD_CONTROLLERS:
+        with pytest.raises(KubeError) as err:
+            _create_strict(kube, _mesh(waypoints={"controllerName": name}))
+        assert err.value.status == 422, err.value
+        assert "spec.waypoints.controllerName" in err.value.message, err.value.message
+        assert "istiod serves" in err.value.message, err.value.message
+    for name in OTHER_CONTROLLERS:
+        created = _create_strict(kube, _mesh(waypoints={"controllerName": name}))
+        assert created["spec"]["waypoints"]["controllerName"] == name
+
+
+@pytest.mark.cluster
+def test_api_server_refuses_priority_classes_that_are_no_names(kube: Kube) -> None:
+    for name in BAD_PRIORITY_CLASSES:
+        with pytest.raises(KubeError) as err:
+            _create_strict(kube, _mesh(priorityClassName=name))
+        assert err.value.status == 422, err.value
+        assert "spec.priorityClassName" in err.value.message, err.value.message
+    for name in GOOD_PRIORITY_CLASSES:
+        assert _create_strict(kube, _mesh(priorityClassName=name))["spec"]["priorityClassName"]

@@ -209,7 +209,10 @@ def test_cert_manager_mode_mounts_the_certificate_and_drops_the_secret_rules() -
     )
     assert volume["secret"]["secretName"] == certificate["spec"]["secretName"]
     assert "ambient-operator.ambient-operator.svc" in certificate["spec"]["dnsNames"]
-    role = one(objects, "Role")
+    # The release namespace's Role (the agents' namespaces have their own).
+    (role,) = [
+        r for r in by_kind(objects, "Role") if r["metadata"]["namespace"] == "ambient-operator"
+    ]
     assert all("secrets" not in rule["resources"] for rule in role["rules"])
 
 
@@ -266,6 +269,10 @@ def test_install_upgrade_uninstall(
     ns, release = release_namespace, unique_name("ao")
     name = f"{release}-ambient-operator"
     kube = ["--kubeconfig", str(cluster.kubeconfig), "--namespace", ns]
+    # The chart puts a Role in the agents' namespace (agents.namespaces), which
+    # exists before install, as istiod's does; other modules may have made it.
+    with contextlib.suppress(ApiException):
+        client.CoreV1Api(k8s).create_namespace({"metadata": {"name": "istio-system"}})
     done = helm("install", release, str(CHART), *kube, "--wait", "--timeout", "3m")
     assert done.returncode == 0, done.stderr
     # NOTES.txt tells what to do next.
@@ -321,6 +328,9 @@ def test_install_upgrade_uninstall(
     assert gone.value.status == 404
     with pytest.raises(ApiException) as gone:
         rbac.read_cluster_role(name)
+    assert gone.value.status == 404
+    with pytest.raises(ApiException) as gone:
+        rbac.read_namespaced_role(f"{name}-agents", "istio-system")
     assert gone.value.status == 404
     # Helm never deletes CRDs: the AmbientMesh and what it owns outlive the release.
     assert client.ApiextensionsV1Api(k8s).read_custom_resource_definition(

@@ -1,15 +1,20 @@
 """The chart's RBAC is enough and no more.
 
 Offline: no wildcards, Secrets only by name, the names the operator uses,
-every watch the operator registers, and every permission it grants the
-istio-cni agent (RBAC refuses to grant what one does not hold).
+every watch the operator registers, agents written only in the agents'
+namespaces, and the istio-cni agent's RBAC shipped by the chart (the same
+rules `ambient-operator render` emits without it), so the operator holds
+neither `pods/status` nor any RBAC write.
 
-On the local control plane: the chart's ServiceAccount, ClusterRole, Role and
-bindings are applied, and the real operator runs with a token of that
-ServiceAccount through the whole scenario (an AmbientMesh converging, a
-waypoint programmed, the webhook mutating a Windows pod) without a single
-Forbidden answer in the API server's audit log. SubjectAccessReviews show
-what the identity cannot do.
+On the local control plane: the chart's ServiceAccount, ClusterRoles, Roles
+and bindings are applied, and the real operator runs with a token of that
+ServiceAccount and the chart's arguments through the whole scenario (an
+AmbientMesh converging, a waypoint programmed, the webhook mutating a Windows
+pod) without a single Forbidden answer in the API server's audit log.
+SubjectAccessReviews show what the identity cannot do. The helpers here
+(chart_identity, the fixtures) serve the other modules that run the operator
+under the chart's RBAC: test_ownership_dataplane.py runs the namespace typo,
+the moves and the hand-labelled objects with these rules.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from kubernetes.client.exceptions import ApiException
 
 from ambient_operator import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
+from ambient_operator.cli import build_parser
 from ambient_operator.devcluster import LocalCluster, apply_objects
 from ambient_operator.facts import ClusterFacts, NodeFacts
 from ambient_operator.render import render_dataplane
@@ -37,10 +43,13 @@ from ambient_operator.webhook import WebhookOptions
 from ambient_operator.webhook import decide as d
 from ambient_operator.webhook.config import CONFIG_NAME, SECRET_NAME
 from chart_helpers import by_kind, one, template
-from conftest import SAMPLE_NODES, unique_name, wait_for
+from conftest import SAMPLE_NODES, ignoring, unique_name, wait_for
 from operator_harness import AuditLog, RunningOperator, free_port
 
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+# Arguments of the chart's Deployment that say what the operator may touch.
+SCOPE_FLAGS = ("--agents-namespace=", "--cni-rbac=")
+AGENTS_NAMESPACE = "istio-system"
 GW_GROUP, GW_VERSION = "gateway.networking.k8s.io", "v1"
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},
@@ -49,6 +58,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "webhook-off": {"webhook": {"enabled": False}},
 }
 Rule = Mapping[str, Any]
+GET_LIST = ("get", "list", "watch")
 
 
 def allows(rules: Sequence[Rule], group: str, resource: str, verb: str, name: str = "") -> bool:
@@ -64,10 +74,30 @@ def allows(rules: Sequence[Rule], group: str, resource: str, verb: str, name: st
     return False
 
 
-def _rules(values: Mapping[str, Any], kind: str) -> list[Rule]:
+def _rules(
+    values: Mapping[str, Any],
+    kind: str,
+    namespace: str | None = None,
+    suffix: str = "",
+    *,
+    agents_too: bool = False,
+) -> list[Rule]:
+    """Rules the chart grants the operator (and the istio-cni agent with `agents_too`)."""
     objects = template(values)
-    found = by_kind(objects, kind)
+    found = [
+        obj
+        for obj in by_kind(objects, kind)
+        if (namespace is None or obj["metadata"].get("namespace") == namespace)
+        and obj["metadata"]["name"].endswith(suffix)
+        and (agents_too or not obj["metadata"]["name"].endswith("-istio-cni"))
+    ]
     return [rule for obj in found for rule in obj.get("rules", [])]
+
+
+def chart_operator_args(objects: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The chart Deployment's arguments that scope the operator (SCOPE_FLAGS)."""
+    container = one(list(objects), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    return tuple(arg for arg in container["args"] if arg.startswith(SCOPE_FLAGS))
 
 
 # -- offline ---------------------------------------------------------------------------------
@@ -76,7 +106,7 @@ def _rules(values: Mapping[str, Any], kind: str) -> list[Rule]:
 @pytest.mark.parametrize("case", sorted(VALUE_SETS))
 def test_no_wildcards(case: str) -> None:
     for kind in ("ClusterRole", "Role"):
-        for rule in _rules(VALUE_SETS[case], kind):
+        for rule in _rules(VALUE_SETS[case], kind, agents_too=True):
             for key in ("apiGroups", "resources", "verbs", "resourceNames"):
                 assert not any("*" in item for item in rule.get(key) or []), (kind, rule)
             assert "nonResourceURLs" not in rule
@@ -87,7 +117,13 @@ def test_secrets_only_by_name_in_the_release_namespace(case: str) -> None:
     objects = template(VALUE_SETS[case], namespace="ops")
     for rule in (r for obj in by_kind(objects, "ClusterRole") for r in obj["rules"]):
         assert "secrets" not in rule["resources"], rule
-    for role in by_kind(objects, "Role"):
+    roles = by_kind(objects, "Role")
+    agents = [role for role in roles if role["metadata"]["namespace"] == AGENTS_NAMESPACE]
+    assert len(agents) == 1
+    assert all("secrets" not in r["resources"] for r in agents[0]["rules"])
+    for role in roles:
+        if role in agents:
+            continue
         assert role["metadata"]["namespace"] == "ops"
         for rule in role["rules"]:
             if "secrets" not in rule["resources"]:
@@ -97,27 +133,19 @@ def test_secrets_only_by_name_in_the_release_namespace(case: str) -> None:
             assert rule["resourceNames"] == [SECRET_NAME], rule
             assert set(rule["verbs"]) <= {"get", "update"}, rule
     owns_secret = case not in ("cert-manager", "webhook-off")
-    roles = by_kind(objects, "Role")
     assert any("secrets" in r["resources"] for role in roles for r in role["rules"]) == owns_secret
 
 
 def test_resource_names_are_the_operators() -> None:
     cluster_rules = _rules({}, "ClusterRole")
-    role_rules = _rules({}, "Role")
-    assert allows(
-        cluster_rules,
-        "rbac.authorization.k8s.io",
-        "clusterroles",
-        "create",
-        rv.CLUSTER_ROLE_ISTIO_CNI,
-    )
-    assert allows(
-        cluster_rules,
-        "rbac.authorization.k8s.io",
-        "clusterrolebindings",
-        "patch",
-        rv.CLUSTER_ROLE_ISTIO_CNI,
-    )
+    role_rules = _rules({}, "Role", namespace="ambient-operator")
+    class_name = AmbientMeshSpec().waypoints.class_name
+    for verb in ("patch", "delete"):
+        assert allows(cluster_rules, GW_GROUP, "gatewayclasses", verb, class_name)
+        assert not allows(cluster_rules, GW_GROUP, "gatewayclasses", verb, c.ISTIO_WAYPOINT_CLASS)
+    renamed = _rules({"waypoints": {"className": "mesh-waypoints"}}, "ClusterRole")
+    assert allows(renamed, GW_GROUP, "gatewayclasses", "patch", "mesh-waypoints")
+    assert not allows(renamed, GW_GROUP, "gatewayclasses", "patch", class_name)
     assert allows(
         cluster_rules,
         "admissionregistration.k8s.io",
@@ -134,34 +162,92 @@ def test_resource_names_are_the_operators() -> None:
     assert not allows(role_rules, "", "secrets", "get", "some-other-secret")
 
 
-def _granted_to_agents() -> list[Rule]:
+def _rendered(cni_rbac: bool) -> list[dict[str, Any]]:
     spec = AmbientMeshSpec.model_validate({})
     nodes = [n for n in yaml.safe_load(SAMPLE_NODES.read_text())["items"]]
     facts = ClusterFacts(nodes=tuple(NodeFacts.from_node(n) for n in nodes))
-    result = render_dataplane(spec, facts)
-    return [
-        rule
-        for obj in result.objects
-        if obj["kind"] in ("ClusterRole", "Role")
-        for rule in obj["rules"]
+    return list(render_dataplane(spec, facts, cni_rbac=cni_rbac).objects)
+
+
+def _grants(rules: Sequence[Rule]) -> set[tuple[str, str, str, str]]:
+    return {
+        (group, resource, verb, name)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+        for name in rule.get("resourceNames") or [""]
+    }
+
+
+def test_the_chart_ships_what_render_grants_the_istio_cni_agent() -> None:
+    # What the agent may do, from istio-cni's own needs (see the template's comments).
+    expected = {
+        *(("", res, verb, "") for res in ("pods", "namespaces", "nodes") for verb in GET_LIST),
+        ("", "events", "create", ""),
+        ("", "events", "patch", ""),
+        ("", "pods/status", "patch", ""),
+        ("", "pods/status", "update", ""),
+        ("apps", "daemonsets", "get", "istio-cni-node"),
+    }
+    objects = template({"agents": {"namespaces": ["istio-system", "mesh-agents"]}})
+    shipped = [o for o in by_kind(objects, "ClusterRole") if o["metadata"]["name"].endswith("-cni")]
+    assert len(shipped) == 1
+    assert _grants(shipped[0]["rules"]) == expected
+    # Standalone (`ambient-operator render`, no chart) emits the same grant.
+    rendered = [o for o in _rendered(cni_rbac=True) if o["kind"] == "ClusterRole"]
+    assert _grants(rendered[0]["rules"]) == expected
+    binding = next(
+        o for o in by_kind(objects, "ClusterRoleBinding") if o["metadata"]["name"].endswith("-cni")
+    )
+    assert binding["roleRef"]["name"] == shipped[0]["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": rv.SA_ISTIO_CNI, "namespace": ns}
+        for ns in ("istio-system", "mesh-agents")
     ]
+    # With the chart the operator renders no RBAC of its own.
+    kinds = {o["kind"] for o in _rendered(cni_rbac=False)}
+    assert not kinds & {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+    assert "--cni-rbac=chart" in chart_operator_args(objects)
 
 
-def test_holds_every_permission_it_grants() -> None:
-    granted = _granted_to_agents()
-    assert granted, "the istio-cni ClusterRole has rules"
-    held = _rules({}, "ClusterRole")
-    for rule in granted:
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                for verb in rule["verbs"]:
-                    for name in rule.get("resourceNames") or [""]:
-                        assert allows(held, group, resource, verb, name), (
-                            f"the operator grants {verb} {resource} ({group or 'core'}) "
-                            "without holding it: the API server would refuse the ClusterRole"
-                        )
+@pytest.mark.parametrize("case", sorted(VALUE_SETS))
+def test_no_agent_permission_and_no_rbac_writes(case: str) -> None:
+    held = _grants(_rules(VALUE_SETS[case], "ClusterRole") + _rules(VALUE_SETS[case], "Role"))
+    assert not {g for g in held if g[1] == "pods/status"}
+    assert not {g for g in held if g[0] == "rbac.authorization.k8s.io"}
     for verb in ("escalate", "bind", "impersonate"):
-        assert not allows(held, "rbac.authorization.k8s.io", "clusterroles", verb)
+        assert not {g for g in held if g[2] == verb}
+
+
+def test_agents_are_written_only_in_the_agents_namespaces() -> None:
+    # kube-system stays a valid agents' namespace (upstream suggests it for the
+    # system-node-critical priority class): the API and the chart both take it.
+    assert AmbientMeshSpec.model_validate({"namespace": "kube-system"}).namespace == "kube-system"
+    values = {"agents": {"namespaces": ["istio-system", "kube-system"]}}
+    objects = template(values)
+    cluster_rules = _rules(values, "ClusterRole")
+    for verb in ("create", "patch", "update", "delete"):
+        assert not allows(cluster_rules, "apps", "daemonsets", verb), verb
+        assert not allows(cluster_rules, "", "configmaps", verb), verb
+    assert allows(cluster_rules, "apps", "daemonsets", "watch")
+    for namespace in ("istio-system", "kube-system"):
+        rules = _rules(values, "Role", namespace=namespace, suffix="-agents")
+        for verb in ("create", "patch", "delete"):
+            for group, resource in (("apps", "daemonsets"), ("", "configmaps")):
+                assert allows(rules, group, resource, verb), (namespace, resource, verb)
+            assert allows(rules, "", "serviceaccounts", verb)
+        binding = next(
+            o
+            for o in by_kind(objects, "RoleBinding")
+            if o["metadata"]["namespace"] == namespace and o["metadata"]["name"].endswith("-agents")
+        )
+        assert binding["subjects"][0]["name"] == one(objects, "ServiceAccount")["metadata"]["name"]
+    assert chart_operator_args(objects) == (
+        "--agents-namespace=istio-system",
+        "--agents-namespace=kube-system",
+        "--cni-rbac=chart",
+    )
 
 
 def test_every_watch_is_allowed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -179,14 +265,22 @@ def test_every_watch_is_allowed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         )
     )
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))  # Operator() sets it; restored after
+    scope = build_parser().parse_args(["run", *chart_operator_args(template({}))])
     operator = Operator(
-        Options(kubeconfig=str(kubeconfig), webhook=WebhookOptions(url="https://127.0.0.1:1"))
+        Options(
+            kubeconfig=str(kubeconfig),
+            webhook=WebhookOptions(url="https://127.0.0.1:1"),
+            agents_namespaces=tuple(scope.agents_namespace),
+            cni_rbac=scope.cni_rbac,
+        )
     )
     watched = {
         (h.selector.group, h.selector.plural or h.selector.any_name)
         for h in operator.registry._watching.get_all_handlers()
     }
-    assert len(watched) >= 12
+    assert len(watched) >= 10
+    # With the chart's istio-cni RBAC the operator has no RBAC object to keep.
+    assert not {w for w in watched if w[0] == "rbac.authorization.k8s.io"}, watched
     held = _rules({}, "ClusterRole")
     for group, resource in sorted(watched):
         for verb in ("list", "watch"):
@@ -203,6 +297,8 @@ class Identity:
     namespace: str
     service_account: str
     kubeconfig: Path
+    # What the chart's Deployment passes to scope the operator (SCOPE_FLAGS).
+    operator_args: tuple[str, ...] = ()
 
     @property
     def user(self) -> str:
@@ -217,25 +313,54 @@ class Identity:
         ]
 
 
-@pytest.fixture(scope="module")
-def identity(cluster: LocalCluster, k8s: client.ApiClient) -> Iterator[Identity]:
-    """The chart's ServiceAccount and RBAC in a namespace of their own, and its token."""
+@contextlib.contextmanager
+def chart_identity(
+    cluster: LocalCluster, k8s: client.ApiClient, values: Mapping[str, Any] | None = None
+) -> Iterator[Identity]:
+    """The chart's ServiceAccount and RBAC (rendered with `values`), and a token of it.
+
+    The release gets a namespace of its own; the agents' namespaces the
+    values name are created when missing (the chart puts a Role in each).
+    """
     namespace, release = unique_name("ao-rbac"), unique_name("rbac")
-    objects = [o for o in template(release=release, namespace=namespace) if o["kind"] in RBAC_KINDS]
+    rendered = template(values, release=release, namespace=namespace)
+    objects = [o for o in rendered if o["kind"] in RBAC_KINDS]
     core = client.CoreV1Api(k8s)
     core.create_namespace({"metadata": {"name": namespace}})
+    for agents in {o["metadata"]["namespace"] for o in objects if o["kind"] == "Role"}:
+        with ignoring(409):  # istio-system is shared with other modules
+            core.create_namespace({"metadata": {"name": agents}})
     apply_objects(k8s, objects)
     account = one(objects, "ServiceAccount")["metadata"]["name"]
-    yield Identity(namespace, account, cluster.serviceaccount_kubeconfig(namespace, account))
-    rbac = client.RbacAuthorizationV1Api(k8s)
-    for obj in objects:
+    try:
+        yield Identity(
+            namespace,
+            account,
+            cluster.serviceaccount_kubeconfig(namespace, account),
+            chart_operator_args(rendered),
+        )
+    finally:
+        rbac = client.RbacAuthorizationV1Api(k8s)
+        for obj in objects:
+            meta = obj["metadata"]
+            with contextlib.suppress(ApiException):
+                if obj["kind"] == "ClusterRole":
+                    rbac.delete_cluster_role(meta["name"])
+                elif obj["kind"] == "ClusterRoleBinding":
+                    rbac.delete_cluster_role_binding(meta["name"])
+                elif obj["kind"] == "Role" and meta["namespace"] != namespace:
+                    rbac.delete_namespaced_role(meta["name"], meta["namespace"])
+                elif obj["kind"] == "RoleBinding" and meta["namespace"] != namespace:
+                    rbac.delete_namespaced_role_binding(meta["name"], meta["namespace"])
         with contextlib.suppress(ApiException):
-            if obj["kind"] == "ClusterRole":
-                rbac.delete_cluster_role(obj["metadata"]["name"])
-            elif obj["kind"] == "ClusterRoleBinding":
-                rbac.delete_cluster_role_binding(obj["metadata"]["name"])
-    with contextlib.suppress(ApiException):
-        core.delete_namespace(namespace)
+            core.delete_namespace(namespace)
+
+
+@pytest.fixture(scope="module")
+def identity(cluster: LocalCluster, k8s: client.ApiClient) -> Iterator[Identity]:
+    """The chart's ServiceAccount and RBAC with the default values, and its token."""
+    with chart_identity(cluster, k8s) as ident:
+        yield ident
 
 
 def _custom(k8s: client.ApiClient) -> client.CustomObjectsApi:
@@ -261,6 +386,8 @@ def _set_spec(k8s: client.ApiClient, spec: dict[str, Any]) -> None:
         c.PLURAL,
         c.MESH_NAME,
         [{"op": "replace", "path": "/spec", "value": spec}],
+        # Without it the client sends the list as a merge patch: 400.
+        _content_type="application/json-patch+json",
     )
 
 
@@ -300,7 +427,7 @@ def mesh(k8s: client.ApiClient, sample_nodes: list[str], crds_installed: None) -
     live = _get_mesh(k8s)
     assert live is not None
     agents = AmbientMeshSpec.model_validate(spec).namespace
-    with contextlib.suppress(ApiException):  # other modules may have made it already
+    with ignoring(409):  # other modules may have made it already
         client.CoreV1Api(k8s).create_namespace({"metadata": {"name": agents}})
     yield Mesh(int(live["metadata"]["generation"]), agents)
     if original is None:
@@ -334,13 +461,9 @@ def operator(
     audit: AuditLog,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Running]:
-    """The operator as the chart's ServiceAccount, webhook on a loopback port."""
-    rbac = client.RbacAuthorizationV1Api(k8s)
-    # Whatever an earlier operator left, these must now be made by this identity.
-    for delete in (rbac.delete_cluster_role, rbac.delete_cluster_role_binding):
-        with contextlib.suppress(ApiException):
-            delete(rv.CLUSTER_ROLE_ISTIO_CNI)
-    with contextlib.suppress(ApiException):
+    """The operator as the chart's ServiceAccount, with the chart's scope, webhook on loopback."""
+    # Whatever an earlier operator left, this must now be made by this identity.
+    with ignoring(404):
         client.AdmissionregistrationV1Api(k8s).delete_mutating_webhook_configuration(CONFIG_NAME)
     enrolled = unique_name("rbac-enrolled")
     client.CoreV1Api(k8s).create_namespace(
@@ -365,6 +488,7 @@ def operator(
             ns,
             "--resync-seconds",
             "5",
+            *identity.operator_args,
         ],
         kubeconfig=identity.kubeconfig,
     )
@@ -419,12 +543,11 @@ def test_the_mesh_converges(
     assert any("windows" in ds.metadata.name for ds in daemonsets)
     assert all(ds.status.number_ready == ds.status.desired_number_scheduled for ds in daemonsets)
     writes = audit.writes(operator.since, user=identity.user)
-    assert any("/daemonsets/" in w for w in writes if w.startswith("patch")), writes
+    assert any("/daemonsets" in w for w in writes if w.startswith(("create", "patch"))), writes
     assert any(w.startswith("patch") and "/ambientmeshes/default/status" in w for w in writes)
-    # The istio-cni RBAC was deleted before the start: this identity created it,
-    # which the API server allows only to someone holding every rule in it.
-    role = client.RbacAuthorizationV1Api(k8s).read_cluster_role(rv.CLUSTER_ROLE_ISTIO_CNI)
-    assert role.metadata.labels[c.LABEL_MANAGED_BY] == c.MANAGED_BY
+    # The istio-cni RBAC is the chart's: the operator writes no RBAC at all.
+    assert not [w for w in writes if "rbac.authorization.k8s.io" in w], writes
+    assert "--cni-rbac=chart" in identity.operator_args
 
 
 def test_a_waypoint_is_programmed(k8s: client.ApiClient, operator: Running) -> None:
@@ -462,6 +585,8 @@ def test_a_waypoint_is_programmed(k8s: client.ApiClient, operator: Running) -> N
             _fail_with_log(operator.op, "waypoint not programmed")
         assert _condition(gw, "Accepted")["status"] == "True"
         pods = core.list_namespaced_pod(ns, label_selector=f"{c.LABEL_GATEWAY_NAME}=waypoint")
+        # Programmed means an available pod: the loop below judges at least one.
+        assert pods.items, "a Programmed waypoint without a pod"
         for pod in pods.items:
             node = core.read_node(pod.spec.node_name)
             assert node.metadata.labels[c.LABEL_OS] == "linux"
@@ -582,15 +707,40 @@ def test_subject_access_reviews(k8s: client.ApiClient, identity: Identity) -> No
     assert not _can(k8s, identity, "create", "secrets", namespace="default")
     assert _can(k8s, identity, "list", "nodes")
     assert _can(k8s, identity, "patch", "daemonsets", group="apps", namespace="istio-system")
+    # The agents' kinds are written in the agents' namespace only.
+    for where in ("", "default", "kube-system", ns):
+        for verb in ("create", "patch", "delete"):
+            assert not _can(k8s, identity, verb, "daemonsets", group="apps", namespace=where)
+            assert not _can(k8s, identity, verb, "configmaps", namespace=where)
+    for verb in ("create", "patch", "delete"):
+        assert _can(k8s, identity, verb, "configmaps", namespace=AGENTS_NAMESPACE)
+    # No agent permission held to grant it, no RBAC written.
+    assert not _can(k8s, identity, "patch", "pods", subresource="status", namespace="default")
+    for resource in ("clusterroles", "clusterrolebindings", "roles", "rolebindings"):
+        for verb in ("create", "patch", "delete"):
+            assert not _can(k8s, identity, verb, resource, group="rbac.authorization.k8s.io")
+            assert not _can(
+                k8s, identity, verb, resource, group="rbac.authorization.k8s.io", name="istio-cni"
+            )
+    # GatewayClasses are changed by the one name the operator keeps.
+    mine = AmbientMeshSpec().waypoints.class_name
+    assert _can(k8s, identity, "patch", "gatewayclasses", group=GW_GROUP, name=mine)
+    for other in (c.ISTIO_WAYPOINT_CLASS, "someone-elses"):
+        for verb in ("patch", "delete", "update"):
+            assert not _can(k8s, identity, verb, "gatewayclasses", group=GW_GROUP, name=other)
+
+
+def forbidden(audit: AuditLog, since: int, identity: Identity) -> list[str]:
+    """'verb uri' of each request of `identity` the API server answered 403."""
+    return [
+        f"{e['verb']} {e.get('requestURI')}"
+        for e in audit.events(since, user=identity.user)
+        if (e.get("responseStatus") or {}).get("code") == 403
+    ]
 
 
 def test_no_request_was_forbidden(operator: Running, identity: Identity, audit: AuditLog) -> None:
     # Last in the module: everything above ran under this identity.
-    events = audit.events(operator.since, user=identity.user)
-    assert len(events) > 50
-    refused = [
-        f"{e['verb']} {e.get('requestURI')}"
-        for e in events
-        if (e.get("responseStatus") or {}).get("code") == 403
-    ]
+    assert len(audit.events(operator.since, user=identity.user)) > 50
+    refused = forbidden(audit, operator.since, identity)
     assert refused == [], refused

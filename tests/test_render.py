@@ -239,6 +239,7 @@ def test_pod_labels_keep_agents_out_of_the_mesh_and_select_uniquely() -> None:
         selector = ds["spec"]["selector"]["matchLabels"]
         assert selector.items() <= labels.items()
         selectors.append(tuple(sorted(selector.items())))
+    assert len(selectors) == 6  # a pair for Linux and for each of the two Windows builds
     assert len(set(selectors)) == len(selectors)
 
 
@@ -396,11 +397,21 @@ def test_rollout_comes_from_the_spec() -> None:
 def test_host_network_daemonsets_never_surge(spec: dict[str, Any]) -> None:
     # A surge pod would wait forever for ports its predecessor holds on the node.
     result = render(spec=spec)
+    checked = []
     for ds in (o for o in result.objects if o["kind"] == "DaemonSet"):
         rolling = ds["spec"]["updateStrategy"]["rollingUpdate"]
         if ds["spec"]["template"]["spec"].get("hostNetwork"):
             assert rolling["maxSurge"] == 0, ds["metadata"]["name"]
             assert rolling["maxUnavailable"] not in (0, "0%")
+            checked.append(ds["metadata"]["name"])
+    # Every agent but Linux ztunnel uses the host network: the loop judged five of six.
+    assert sorted(checked) == [
+        "istio-cni-node",
+        "istio-cni-node-windows-ltsc2022",
+        "istio-cni-node-windows-ltsc2025",
+        "ztunnel-windows-ltsc2022",
+        "ztunnel-windows-ltsc2025",
+    ]
 
 
 def test_surge_budget_becomes_unavailability_on_the_host_network() -> None:
@@ -649,7 +660,7 @@ def test_everything_disabled_renders_nothing() -> None:
         spec={"platforms": {"linux": {"enabled": False}, "windows": {"enabled": False}}}
     )
     assert result.objects == ()
-    assert all(v.reason == "PlatformDisabled" for v in result.verdicts)
+    assert [v.reason for v in result.verdicts] == ["PlatformDisabled"] * len(MIXED)
 
 
 def test_user_selector_and_tolerations_exclude_nodes() -> None:

@@ -450,24 +450,36 @@ def test_no_op_pass_writes_nothing(
         "waypoint",
         infrastructure={
             "labels": {"team": "a"},
-            "annotations": {"example.com/owner": "team-a"},
+            # One spec.waypoints.policy allows by default (podAnnotations).
+            "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"},
             "parametersRef": {"group": "", "kind": "ConfigMap", "name": "wp-params"},
         },
     )
     wait_for(lambda: condition_is(api, ns, "waypoint", "Programmed", "True"), TIMEOUT, "up")
     audit = AuditLog(wp_cluster.audit_log)
-    passes = "ambient_operator_reconcile_duration_seconds_count"
-    before = operator.metric(passes, controller="waypoints")
     mark = audit.mark()
     # A change the waypoint does not depend on: the Gateway is re-judged, nothing is written.
     client.CustomObjectsApi(api).patch_namespaced_custom_object(
         GW_GROUP, GW_VERSION, ns, "gateways", "waypoint", {"metadata": {"labels": {"touch": "1"}}}
     )
-    wait_for(
-        lambda: operator.metric(passes, controller="waypoints") > before,
-        TIMEOUT,
-        "a waypoint pass after the touch",
-    )
+    # Any pass would not do: it may have started before the touch arrived. Two
+    # barrier Gateways elsewhere, created after it on the same watch, one after
+    # the other: the touched Gateway is judged no later than the first, and the
+    # second's pass starts only when the first's is over (passes never overlap).
+    barriers = unique_name("wp-barrier")
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": barriers}})
+    try:
+        for name in ("barrier-1", "barrier-2"):
+            create_gateway(api, barriers, name)
+            wait_for(
+                lambda name=name: condition_is(api, barriers, name, "Accepted", "True"),
+                TIMEOUT,
+                f"{name} judged",
+            )
+    finally:
+        with contextlib.suppress(ApiException):
+            core.delete_namespace(barriers)
     assert [w for w in audit.writes(mark) if f"/namespaces/{ns}/" in w] == []
 
 
@@ -500,18 +512,24 @@ def test_istio_waypoint_class_defaults_pin_linux(gateway_api: str, api: client.A
     data = core.read_namespaced_config_map(wr.CLASS_DEFAULTS_NAME, "istio-system").data
     assert data[key] == "mine"
 
-    # A second defaults ConfigMap of the user's own is pinned as well, keeping its content.
+    # A second defaults ConfigMap of the user's own is not the operator's to edit: it is
+    # left as it is, and its lack of a pin is reported on it.
     users = f"user-defaults-{gateway_api.replace('.', '-')}"
+    data = {"deployment": "metadata:\n  annotations:\n    team: mesh\n", "x": "y"}
     core.create_namespaced_config_map(
         "istio-system",
         {
             "metadata": {"name": users, "labels": {c.LABEL_DEFAULTS_FOR_CLASS: "istio-waypoint"}},
-            "data": {"deployment": "metadata:\n  annotations:\n    team: mesh\n", "x": "y"},
+            "data": data,
         },
     )
-    doc = wait_for(lambda: pinned(users), TIMEOUT, "user's ConfigMap pinned")
-    assert doc["metadata"] == {"annotations": {"team": "mesh"}}
-    assert core.read_namespaced_config_map(users, "istio-system").data["x"] == "y"
+    (event,) = wait_for(
+        lambda: events_for(api, "istio-system", users, "ClassDefaultsNotPinned"),
+        TIMEOUT,
+        "ClassDefaultsNotPinned on the user's ConfigMap",
+    )
+    assert event.type == "Warning" and "kubernetes.io/os: linux" in event.message
+    assert core.read_namespaced_config_map(users, "istio-system").data == data
     listed = core.list_namespaced_config_map("istio-system", label_selector=selector).items
     assert {cm.metadata.name for cm in listed} >= {wr.CLASS_DEFAULTS_NAME, users}
 
@@ -656,10 +674,22 @@ def test_status_write_is_conflict_safe(
     ctl = WaypointController(ClusterState(), Kube(own_api), EventRecorder(Kube(own_api)))
     key = (ns, "contested")
     ctl.gateways[key] = stale
+    # Only objects the Gateway controls count for its status.
+    ours = [
+        {
+            "kind": "Gateway",
+            "name": "contested",
+            "uid": stale["metadata"]["uid"],
+            "controller": True,
+        }
+    ]
     ctl.objects[key] = {
-        ("apps/v1", "Deployment", ns, "contested"): {"status": {"availableReplicas": 1}},
+        ("apps/v1", "Deployment", ns, "contested"): {
+            "metadata": {"ownerReferences": ours},
+            "status": {"availableReplicas": 1},
+        },
         ("v1", "Service", ns, "contested"): {
-            "metadata": {"name": "contested", "namespace": ns},
+            "metadata": {"name": "contested", "namespace": ns, "ownerReferences": ours},
             "spec": {"clusterIP": "10.96.7.7", "clusterIPs": ["10.96.7.7"]},
         },
     }

@@ -164,6 +164,160 @@ def test_bad_parameters_reject_the_gateway(
     assert result.objects == ()
 
 
+SECRET = "postgres://admin:hunter2@db.team-b:5432/app"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"image": SECRET},
+        {"replicas": SECRET},
+        {"resources": f"{{requests: {{cpu: '{SECRET}'}}}}"},
+        {"nodeSelector": f"{{'{SECRET}': [1]}}"},
+        {"nodeSelector": f"{{zone: ['{SECRET}']}}"},
+        {"tolerations": f"[{{key: a, operator: '{SECRET}'}}]"},
+        {"tolerations": f"[{{key: a, value: '{SECRET}{'x' * 64}'}}]"},
+        {"resources": f"{{requests: [{SECRET}"},
+    ],
+)
+def test_a_bad_value_is_named_by_its_key_never_echoed(data: dict[str, str]) -> None:
+    maps: dict[tuple[str, str], dict[str, Any] | None] = {("apps", "params"): data}
+    result = render(gateway(infrastructure={"parametersRef": params_ref()}), config_maps=maps)
+    assert (result.accepted.status, result.accepted.reason) == ("False", "InvalidParameters")
+    assert "hunter2" not in result.accepted.message, result.accepted.message
+    assert "key " in result.accepted.message
+
+
+def test_class_parameters_are_read_only_from_the_mesh_namespace() -> None:
+    spec = AmbientMeshSpec.model_validate({"namespace": "mesh"})
+    elsewhere = gateway_class(params_ref("db-conn", namespace="team-b"))
+    maps: dict[tuple[str, str], dict[str, Any] | None] = {("team-b", "db-conn"): {"image": SECRET}}
+    assert wr.parameter_refs(gateway(), elsewhere, "mesh") == []
+    for verdict in (
+        wr.class_verdict(elsewhere, maps, "mesh"),
+        render(gateway(), elsewhere, maps, spec).accepted,
+    ):
+        assert (verdict.status, verdict.reason) == ("False", "InvalidParameters")
+        assert "team-b/db-conn" in verdict.message and "hunter2" not in verdict.message
+    here = gateway_class(params_ref("class-params", namespace="mesh"))
+    assert wr.parameter_refs(gateway(), here, "mesh") == [("mesh", "class-params")]
+    assert wr.class_verdict(here, {("mesh", "class-params"): {"replicas": "2"}}, "mesh").status == (
+        "True"
+    )
+
+
+@pytest.mark.parametrize(
+    ("image", "allowed"),
+    [
+        ("docker.io/istio/proxyv2:1.30.3", True),
+        ("docker.io/istio/proxyv2@sha256:" + "a" * 64, True),
+        ("docker.io/istio", True),
+        ("docker.io/istio-evil/proxyv2:1", False),
+        ("docker.io/istiox:1", False),
+        ("istio/proxyv2:1", False),
+        ("evil.example.com/docker.io/istio/proxyv2:1", False),
+    ],
+)
+def test_image_prefixes_match_whole_path_components(image: str, allowed: bool) -> None:
+    assert wr.image_allowed(image, ["docker.io/istio"]) is allowed
+    assert wr.image_allowed(image, ["docker.io/istio/"]) is (allowed and image != "docker.io/istio")
+
+
+def test_pod_annotations_allow_exact_keys_and_prefixes() -> None:
+    allowed = ["prometheus.io/*", "example.com/one"]
+    assert wr.annotation_allowed("prometheus.io/scrape", allowed)
+    assert wr.annotation_allowed("example.com/one", allowed)
+    assert not wr.annotation_allowed("example.com/two", allowed)
+    assert not wr.annotation_allowed("prometheus.io.evil/x", allowed)
+    assert not wr.annotation_allowed("container.apparmor.security.beta.kubernetes.io/x", allowed)
+
+
+@pytest.mark.parametrize(
+    ("policy", "data", "field"),
+    [
+        ({}, {"tolerations": "[{operator: Exists}]"}, None),
+        ({"allowKeylessTolerations": True}, {"tolerations": "[{operator: Exists}]"}, "ok"),
+        ({}, {"tolerations": "[{key: node-role.kubernetes.io/master}]"}, "deniedNodeKeys"),
+        ({"deniedNodeKeys": []}, {"tolerations": "[{key: node-role.kubernetes.io/master}]"}, "ok"),
+        ({}, {"nodeSelector": "{node-role.kubernetes.io/control-plane: ''}"}, "deniedNodeKeys"),
+        ({}, {"image": "registry.example.com/istio/proxyv2:1"}, "imagePrefixes"),
+        (
+            {"imagePrefixes": ["registry.example.com/istio"]},
+            {"image": "registry.example.com/istio/proxyv2:1"},
+            "ok",
+        ),
+        (
+            {},
+            {"tolerations": "[{key: dedicated, operator: Exists}]", "nodeSelector": "{pool: mesh}"},
+            "ok",
+        ),
+    ],
+)
+def test_parameters_are_held_to_the_policy(
+    policy: dict[str, Any], data: dict[str, str], field: str | None
+) -> None:
+    spec = AmbientMeshSpec.model_validate({"waypoints": {"policy": policy}})
+    maps: dict[tuple[str, str], dict[str, Any] | None] = {("apps", "params"): data}
+    for where in ("gateway", "class"):
+        if where == "gateway":
+            result = render(
+                gateway(infrastructure={"parametersRef": params_ref()}), config_maps=maps, spec=spec
+            )
+        else:
+            cls = gateway_class(params_ref(namespace="istio-system"))
+            result = render(gateway(), cls, {("istio-system", "params"): data}, spec)
+        if field == "ok":
+            assert result.accepted.status == "True", result.accepted
+            continue
+        assert (result.accepted.status, result.accepted.reason) == ("False", "InvalidParameters")
+        expected = f"spec.waypoints.policy.{field or 'allowKeylessTolerations'}"
+        assert expected in result.accepted.message, result.accepted.message
+        assert result.objects == ()
+
+
+def test_the_meshs_own_settings_are_not_held_to_the_policy() -> None:
+    spec = AmbientMeshSpec.model_validate(
+        {
+            "waypoints": {
+                "image": "registry.example.com/istio/proxyv2:1",
+                "tolerations": [{"operator": "Exists"}],
+                "nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
+            }
+        }
+    )
+    result = render(gateway(), spec=spec)
+    assert result.accepted.status == "True"
+    assert pod_spec(result)["containers"][0]["image"] == "registry.example.com/istio/proxyv2:1"
+    # ...and a Gateway may name the mesh's own image again.
+    maps: dict[tuple[str, str], dict[str, Any] | None] = {
+        ("apps", "params"): {"image": "registry.example.com/istio/proxyv2:1"}
+    }
+    again = render(
+        gateway(infrastructure={"parametersRef": params_ref()}), config_maps=maps, spec=spec
+    )
+    assert again.accepted.status == "True"
+
+
+def test_infrastructure_annotations_outside_the_allow_list_are_refused() -> None:
+    bad = render(
+        gateway(
+            infrastructure={
+                "annotations": {"seccomp.security.alpha.kubernetes.io/pod": "unconfined"}
+            }
+        )
+    )
+    assert (bad.accepted.status, bad.accepted.reason) == ("False", "InvalidParameters")
+    assert "spec.waypoints.policy.podAnnotations" in bad.accepted.message
+    good = render(gateway(infrastructure={"annotations": {"prometheus.io/scrape": "false"}}))
+    assert good.accepted.status == "True"
+
+
+def test_waypoint_pods_mount_no_kubernetes_api_token() -> None:
+    spec = pod_spec(render(gateway()))
+    assert spec["automountServiceAccountToken"] is False
+    assert any(v["name"] == "istio-token" for v in spec["volumes"])
+
+
 def test_a_name_that_cannot_name_a_service_is_invalid() -> None:
     result = render(gateway(name="1.waypoint"))
     assert (result.accepted.status, result.accepted.reason) == ("False", "Invalid")
@@ -198,12 +352,23 @@ def test_objects_are_named_after_the_gateway_unless_annotated() -> None:
     assert pod["serviceAccountName"] == "wp-sa"
 
 
-def test_someone_elses_service_account_is_used_not_rendered() -> None:
-    result = render(
-        gateway(annotations={c.ANNOTATION_GATEWAY_SERVICE_ACCOUNT: "shared"}),
-        own_service_account=False,
-    )
+def test_someone_elses_service_account_is_used_only_when_opted_in() -> None:
+    annotated = gateway(annotations={c.ANNOTATION_GATEWAY_SERVICE_ACCOUNT: "shared"})
+    opted_in = {
+        "metadata": {"name": "shared", "labels": {c.LABEL_WAYPOINT_SERVICE_ACCOUNT: "true"}}
+    }
+    result = render(annotated, foreign_service_account=opted_in)
     assert "ServiceAccount" not in by_kind(result)
+    assert pod_spec(result)["serviceAccountName"] == "shared"
+    refused = render(annotated, foreign_service_account={"metadata": {"name": "shared"}})
+    assert (refused.accepted.status, refused.accepted.reason) == ("False", "InvalidParameters")
+    assert "spec.waypoints.policy.serviceAccountLabels" in refused.accepted.message
+    assert refused.objects == ()
+    # {} is istiod's rule: any account of the namespace.
+    anyone = AmbientMeshSpec.model_validate({"waypoints": {"policy": {"serviceAccountLabels": {}}}})
+    result = render(
+        annotated, spec=anyone, foreign_service_account={"metadata": {"name": "shared"}}
+    )
     assert pod_spec(result)["serviceAccountName"] == "shared"
 
 
@@ -285,7 +450,14 @@ def test_istiod_revision_and_address_come_from_the_mesh() -> None:
 
 def test_gateway_parameters_beat_class_parameters_beat_mesh_defaults() -> None:
     spec = AmbientMeshSpec.model_validate(
-        {"waypoints": {"replicas": 2, "nodeSelector": {"pool": "mesh"}, "image": "r.io/p:1"}}
+        {
+            "waypoints": {
+                "replicas": 2,
+                "nodeSelector": {"pool": "mesh"},
+                "image": "r.io/p:1",
+                "policy": {"imagePrefixes": ["r.io"]},
+            }
+        }
     )
     cls = gateway_class(params_ref("class-params", namespace="istio-system"))
     maps: dict[tuple[str, str], dict[str, Any] | None] = {
@@ -326,7 +498,10 @@ def test_windows_placement_is_overridden_and_reported() -> None:
     assert pod["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
     (warning,) = result.warnings
     assert warning[0] == "WindowsPlacementIgnored"
-    assert "kubernetes.io/os=windows" in warning[1]
+    # Keys, not values: the values came from a ConfigMap.
+    assert "nodeSelector kubernetes.io/os (not linux)" in warning[1]
+    assert f"nodeSelector {c.LABEL_WINDOWS_BUILD}," in warning[1]
+    assert "10.0.20348" not in warning[1]
 
 
 @given(

@@ -550,16 +550,28 @@ def test_review_allows_always_and_patches_only_when_needed() -> None:
     assert linux["response"] == {"uid": "u-1", "allowed": True}
     update = hook.review(_review(pod, operation="UPDATE"))
     assert "patch" not in update["response"]
-    # A broken object is admitted unchanged, never denied.
+    # A broken object is admitted unchanged, never denied, and the sender is told.
     broken = hook.review(_review(cast(Any, {"spec": {"nodeSelector": "not-a-map"}})))
-    assert broken["response"] == {"uid": "u-1", "allowed": True}
+    assert broken["response"] == {
+        "uid": "u-1",
+        "allowed": True,
+        "warnings": [
+            "ambient-operator redirection-wait webhook: MalformedPod: spec.nodeSelector is "
+            "a string, not an object; the pod is admitted unchanged"
+        ],
+    }
 
 
 def _post(port: int, ca: bytes, review: dict[str, Any]) -> dict[str, Any]:
     context = ssl.create_default_context(cadata=ca.decode())
     conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=5)
     try:
-        conn.request("POST", "/redirection-wait", body=json.dumps(review))
+        conn.request(
+            "POST",
+            "/redirection-wait",
+            body=json.dumps(review),
+            headers={"Content-Type": "application/json"},
+        )
         out: dict[str, Any] = json.loads(conn.getresponse().read())
         return out
     finally:

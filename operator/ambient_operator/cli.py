@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ from ambient_operator.render import command as render_command
 from ambient_operator.waypoints import cli as waypoint_command
 
 EXIT_USAGE = 2
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def _cmd_crd(args: argparse.Namespace) -> int:
@@ -32,11 +34,26 @@ def _env(name: str, default: str) -> str:
     return os.environ.get(f"AMBIENT_OPERATOR_{name}", default)
 
 
+def _agents_namespaces(flags: list[str] | None) -> tuple[str, ...]:
+    """The --agents-namespace flags, else the comma-separated environment variable."""
+    given = flags if flags else _env("AGENTS_NAMESPACES", "").split(",")
+    names = tuple(dict.fromkeys(name.strip() for name in given if name.strip()))
+    for name in names:
+        if len(name) > 63 or not _DNS_LABEL.match(name):
+            raise ValueError(f"--agents-namespace {name!r} is not a namespace name")
+    return names
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     # Imported here: `crd` and `render` must work without kopf's start-up cost.
     from ambient_operator.runner import Operator, Options, configure_logging
     from ambient_operator.webhook import WebhookOptions
 
+    try:
+        agents_namespaces = _agents_namespaces(args.agents_namespace)
+    except ValueError as exc:
+        print(f"ambient-operator run: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         webhook = WebhookOptions(
             url=args.webhook_url or None,
@@ -61,6 +78,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         lease_seconds=args.lease_seconds,
         resync_seconds=args.resync_seconds,
         webhook=webhook,
+        agents_namespaces=agents_namespaces,
+        cni_rbac=args.cni_rbac,
     )
     Operator(options).run()
     return 0
@@ -119,6 +138,23 @@ def _add_run(sub: Any) -> None:
         type=float,
         default=float(_env("RESYNC_SECONDS", "300")),
         help="periodic full reconcile [AMBIENT_OPERATOR_RESYNC_SECONDS]",
+    )
+    run.add_argument(
+        "--agents-namespace",
+        action="append",
+        metavar="NAMESPACE",
+        help="a namespace the AmbientMesh's spec.namespace may name (repeat for several; "
+        "default: any). Another is refused with NamespaceNotAllowed, and nothing is written. "
+        "The chart sets it from agents.namespaces, where it grants the operator a Role "
+        "[AMBIENT_OPERATOR_AGENTS_NAMESPACES, comma-separated]",
+    )
+    run.add_argument(
+        "--cni-rbac",
+        choices=["operator", "chart"],
+        default=_env("CNI_RBAC", "operator"),
+        help="who keeps the istio-cni agent's ClusterRole and binding: the operator (applies "
+        "them, which needs every permission they grant) or the chart (ships them; the operator "
+        "neither writes nor watches RBAC) [AMBIENT_OPERATOR_CNI_RBAC]",
     )
     _add_webhook_flags(run)
     run.set_defaults(func=_cmd_run)

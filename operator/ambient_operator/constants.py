@@ -84,5 +84,8 @@ ISTIO_MESH_CONTROLLER: Final = "istio.io/mesh-controller"
 # own Service to itself and its pods are indexed as plain workloads.
 LABEL_GATEWAY_MANAGED: Final = "gateway.istio.io/managed"
 GATEWAY_MANAGED_MESH: Final = "istio.io-mesh-controller"
+# A ServiceAccount carrying this (value "true") may be named by a waypoint
+# Gateway's service-account annotation (spec.waypoints.policy's default).
+LABEL_WAYPOINT_SERVICE_ACCOUNT: Final = "ambientoperator.io/waypoint-service-account"
 WAYPOINT_FOR_VALUES: Final = ("service", "workload", "all", "none")
 PROTOCOL_HBONE: Final = "HBONE"

@@ -133,6 +133,10 @@ class ClusterFacts:
     # ClusterIP of the cluster DNS Service, for the NRPT rule on Windows nodes.
     dns_ip: str | None = None
     kube_version: str = "1.37"
+    # Namespaces other than spec.namespace where agents of this mesh still run:
+    # a move of spec.namespace is under way, and their istio-cni accounts stay
+    # bound until the operator prunes them.
+    moving_from: tuple[str, ...] = ()
 
     @classmethod
     def from_nodes(

@@ -64,6 +64,13 @@ WEBHOOK_REVIEWS = Counter(
     "Pod admission reviews the redirection-wait webhook answered, by action and reason.",
     ["action", "reason"],
 )
+WEBHOOK_BAD_REVIEWS = Counter(
+    "ambient_operator_webhook_bad_reviews_total",
+    "Admission requests the redirection-wait webhook could not read, by reason: answered 4xx "
+    "(BodyTooLarge, UnsupportedMediaType, NotJSON, TooDeep, NotAdmissionReview, NoUID), or "
+    "allowed unchanged with a warning when they named a uid (MalformedRequest, MalformedPod).",
+    ["reason"],
+)
 WEBHOOK_SECONDS = Histogram(
     "ambient_operator_webhook_decision_seconds",
     "Time the redirection-wait webhook handler took to decide and build its patch.",

@@ -45,6 +45,20 @@ def describe(obj: Mapping[str, Any]) -> str:
     return f"{obj.get('kind', '?')} {where}{meta.get('name', '?')}"
 
 
+def holders(obj: Mapping[str, Any]) -> str:
+    """` (fields managed by helm, kubectl)`, or nothing when no manager is recorded.
+
+    Without a controller reference the field managers are what tells a user
+    who made the object.
+    """
+    managers = [
+        str(entry.get("manager"))
+        for entry in (obj.get("metadata") or {}).get("managedFields") or []
+        if isinstance(entry, Mapping) and entry.get("manager")
+    ]
+    return f" (fields managed by {', '.join(dict.fromkeys(managers))})" if managers else ""
+
+
 def conflict(live: Mapping[str, Any] | None, owner: Owner | None) -> str | None:
     """Why we must not write `live`, or None when it is ours (or does not exist)."""
     if live is None:
@@ -52,16 +66,20 @@ def conflict(live: Mapping[str, Any] | None, owner: Owner | None) -> str | None:
     if owner is None:
         if applied_by_us(live):
             return None
-        return f"{describe(live)} exists and was not created by {c.FIELD_MANAGER}"
+        return f"{describe(live)} exists and was not created by {c.FIELD_MANAGER}{holders(live)}"
     ref = controller_of(live)
     if ref is not None and ref.get("uid") == owner.uid:
         return None
     if ref is not None:
+        holder = f"{ref.get('kind', '?')} {ref.get('name', '?')}"
+        if holder == f"{owner.kind} {owner.name}":
+            # A namesake: an owner deleted and made again before garbage collection.
+            holder += f" (uid {ref.get('uid', '?')})"
         return (
-            f"{describe(live)} exists and is controlled by {ref.get('kind', '?')} "
-            f"{ref.get('name', '?')}, not by {owner.kind} {owner.name}"
+            f"{describe(live)} exists and is controlled by {holder}, "
+            f"not by {owner.kind} {owner.name}"
         )
-    return f"{describe(live)} exists and is not owned by {owner.kind} {owner.name}"
+    return f"{describe(live)} exists and is not owned by {owner.kind} {owner.name}{holders(live)}"
 
 
 def may_prune(

@@ -51,13 +51,20 @@ PRIME_SECONDS = 120.0
 FIRST_SWEEP_SECONDS = 5.0
 # Every handler of these kinds (here and in waypoints/) filters on our labels.
 SELF_ONLY_PLURALS = ("daemonsets", "serviceaccounts", "clusterroles", "clusterrolebindings")
+# Kept by the operator only with --cni-rbac=operator; the chart ships them, and
+# then the operator neither writes nor watches RBAC objects.
+CNI_RBAC_API_KINDS = [
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+]
 OWNED_API_KINDS = [
     ("apps/v1", "DaemonSet"),
     ("v1", "ServiceAccount"),
     ("v1", "ConfigMap"),
-    ("rbac.authorization.k8s.io/v1", "ClusterRole"),
-    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+    *CNI_RBAC_API_KINDS,
 ]
+CNI_RBAC_BY_OPERATOR = "operator"
+CNI_RBAC_BY_CHART = "chart"
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,17 @@ class Options:
     resync_seconds: float = 300.0
     identity: str = ""
     webhook: WebhookOptions = field(default_factory=WebhookOptions)
+    # Namespaces spec.namespace may name (empty: any); the chart's Roles are there.
+    agents_namespaces: tuple[str, ...] = ()
+    # Who keeps the istio-cni ClusterRole and binding: the operator or the chart.
+    cni_rbac: str = CNI_RBAC_BY_OPERATOR
+
+    @property
+    def owned_kinds(self) -> list[tuple[str, str]]:
+        """(apiVersion, kind) of every object kind the data plane writes."""
+        if self.cni_rbac == CNI_RBAC_BY_OPERATOR:
+            return list(OWNED_API_KINDS)
+        return [kind for kind in OWNED_API_KINDS if kind not in CNI_RBAC_API_KINDS]
 
 
 def _desired_part(obj: Mapping[str, Any]) -> Any:
@@ -135,7 +153,13 @@ class Operator:
             or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
         )
         self.events = EventRecorder(self.kube, instance=identity)
-        self.dataplane = DataplaneController(self.state, self.kube, self.events)
+        self.dataplane = DataplaneController(
+            self.state,
+            self.kube,
+            self.events,
+            agents_namespaces=options.agents_namespaces,
+            cni_rbac=options.cni_rbac == CNI_RBAC_BY_OPERATOR,
+        )
         self.namespaces = NamespaceChecker(self.state, self.kube, self.events)
         self.elector = (
             LeaderElector(
@@ -231,7 +255,7 @@ class Operator:
                 state.deployments[(namespace or "", name)] = copy.deepcopy(dict(body))
             state.poke()
 
-        for api_version, kind_name in OWNED_API_KINDS:
+        for api_version, kind_name in self.options.owned_kinds:
             kind = KINDS[(api_version, kind_name)]
             group, version, plural = kind.group, api_version.rpartition("/")[2], kind.plural
 
@@ -332,7 +356,7 @@ class Operator:
                 if meta["name"].startswith("istiod") or meta["name"] == "kube-dns":
                     cache[(meta["namespace"], meta["name"])] = obj
         selector = f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY}"
-        for api_version, kind_name in OWNED_API_KINDS:
+        for api_version, kind_name in self.options.owned_kinds:
             for obj in kube.list(KINDS[(api_version, kind_name)], label_selector=selector):
                 state.remember_owned(obj)
         for ns in kube.list(KINDS[("v1", "Namespace")]):
@@ -423,7 +447,7 @@ class Operator:
                 label_selector=f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY}",
             )
 
-        targets += [owned_target(*kind) for kind in OWNED_API_KINDS]
+        targets += [owned_target(*kind) for kind in self.options.owned_kinds]
         return targets + self.waypoints.sweep_targets()
 
     def _kube_version(self) -> str:

@@ -73,6 +73,10 @@ class ClusterState:
     # Whether a pending change can alter what we write (a node, the spec, one
     # of our objects) rather than only what status reports (pods, rollouts).
     urgent: bool = False
+    # spec.namespace when the data plane refused it in its last pass (missing,
+    # being deleted, or not granted to the operator): nothing may be written
+    # there, istiod's waypoint class defaults included. None when accepted.
+    refused_namespace: str | None = None
 
     # The event loop the reconcile runs on, set at start-up. asyncio.Event is not
     # thread-safe: a poke from another thread (code run by asyncio.to_thread)

@@ -1,7 +1,8 @@
 """AmbientMesh status from what the cluster reports. Pure functions.
 
 Vocabulary, kept small and stable because it is an API:
-- Reconciled: True/Reconciled, or False with InvalidSpec, RenderFailed, ApplyFailed.
+- Reconciled: True/Reconciled, or False with InvalidSpec, NamespaceNotFound,
+  NamespaceNotAllowed, RenderFailed, NameConflict, ApplyFailed.
 - Ready: True/AgentsReady, or False with DaemonSetNotReady, NoAgents.
 - Degraded: False/AsExpected, or True with UnsupportedNodes, IstiodNotFound,
   IstiodTrustMissing, ClusterDNSNotFound (first in that order; the message lists all).
@@ -78,6 +79,30 @@ def daemonset_ready(live: Mapping[str, Any] | None, expected_nodes: int) -> tupl
     if updated < desired or ready < desired:
         return False, f"{ready}/{desired} ready, {updated}/{desired} updated"
     return True, f"{ready}/{desired} ready"
+
+
+def daemonset_placed(live: Mapping[str, Any] | None, expected_nodes: int) -> tuple[bool, str]:
+    """Placed when the controller saw our latest spec and every node has its updated pod,
+    running or not.
+
+    For agents on the host network, which cannot run twice on a node (their
+    ports, the node's CNI configuration): a replacement's pods wait, Pending,
+    until the pods they replace have left, so they cannot be Ready first.
+    """
+    if live is None:
+        return False, "not created yet"
+    meta = live.get("metadata", {})
+    st = live.get("status") or {}
+    if st.get("observedGeneration", 0) < meta.get("generation", 0):
+        return False, "rollout not observed yet"
+    desired = int(st.get("desiredNumberScheduled", 0))
+    current = int(st.get("currentNumberScheduled", 0))
+    updated = int(st.get("updatedNumberScheduled", 0))
+    if desired == 0 and expected_nodes > 0:
+        return False, f"0 pods scheduled for {expected_nodes} node(s)"
+    if current < desired or updated < desired:
+        return False, f"{min(current, updated)}/{desired} placed"
+    return True, f"{desired}/{desired} placed"
 
 
 def ready_verdict(

@@ -88,4 +88,15 @@ the values to change.
 {{- if and .Values.webhook.enabled (eq (int .Values.webhook.port) (int .Values.health.port)) -}}
 {{- fail "webhook.port and health.port must differ" -}}
 {{- end -}}
+{{- if .Values.ambientMesh.create -}}
+{{- $spec := .Values.ambientMesh.spec | default dict -}}
+{{- $namespace := $spec.namespace | default "istio-system" -}}
+{{- if not (has $namespace .Values.agents.namespaces) -}}
+{{- fail (printf "ambientMesh.spec.namespace %s is not in agents.namespaces %v: the operator would refuse it" $namespace .Values.agents.namespaces) -}}
+{{- end -}}
+{{- $class := (($spec.waypoints | default dict).className) | default .Values.waypoints.className -}}
+{{- if ne $class .Values.waypoints.className -}}
+{{- fail (printf "ambientMesh.spec.waypoints.className %s differs from waypoints.className %s, the only GatewayClass the operator may change" $class .Values.waypoints.className) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}

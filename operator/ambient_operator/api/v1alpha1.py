@@ -7,9 +7,10 @@ default (an image tag, say) without rewriting stored objects.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal, cast
 
-from pydantic import ConfigDict, Field, JsonValue, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, JsonValue, model_validator
 
 from ambient_operator import constants as c
 from ambient_operator.api.types import (
@@ -256,6 +257,86 @@ class NewPodWorkaround(ApiModel):
 # Gateway API's patterns for an object name and a GatewayClass controllerName.
 _SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 _CONTROLLER = _SUBDOMAIN[:-1] + r"/[A-Za-z0-9/\-._~%!$&'()*+,;=:]+$"
+# Gateway API gives a controllerName's domain to whoever owns it, and istiod
+# serves the istio.io ones (pkg/config/constants: istio.io/mesh-controller is
+# the istio-waypoint class's, then unmanaged-gateway, eastwest-controller...;
+# istio.io/gateway-controller by default): on one of those the operator would
+# deploy istiod's Gateways a second time and the two would fight over them.
+# No backslashes, so the pattern reads the same in CEL and in Python.
+_ISTIO_CONTROLLER = r"^([^/]*[.])?istio[.]io/"
+_NOT_ISTIOD_MESSAGE = (
+    "must not be under istio.io/ (such as istio.io/mesh-controller): istiod serves "
+    "those controllers"
+)
+
+
+def _not_istiods(value: str) -> str:
+    if re.match(_ISTIO_CONTROLLER, value):
+        raise ValueError(_NOT_ISTIOD_MESSAGE)
+    return value
+
+
+ControllerName = Annotated[
+    str,
+    Field(
+        max_length=253,
+        pattern=_CONTROLLER,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": f"!self.matches('{_ISTIO_CONTROLLER}')", "message": _NOT_ISTIOD_MESSAGE}
+            ]
+        },
+    ),
+    AfterValidator(_not_istiods),
+]
+
+
+# Node label and taint keys of control-plane nodes (kubeadm, and its older name).
+CONTROL_PLANE_NODE_KEYS = [
+    "node-role.kubernetes.io/control-plane",
+    "node-role.kubernetes.io/master",
+]
+# Pod annotations that change what monitoring, the autoscaler or Istio's
+# endpoint choice does with a pod, never what the pod may do on its node.
+SAFE_POD_ANNOTATIONS = [
+    "prometheus.io/*",
+    "cluster-autoscaler.kubernetes.io/safe-to-evict",
+    "networking.istio.io/traffic-distribution",
+]
+_POLICY_ENTRY = Annotated[str, Field(min_length=1, max_length=317, pattern=r"^[^\s]+$")]
+
+
+# Creating a Gateway creates pods: without limits, whoever may create a
+# Gateway picks their ServiceAccount, image, nodes and annotations.
+class WaypointPolicy(ApiModel):
+    """What Gateways and their parameters may ask of waypoint pods (not spec.waypoints itself)."""
+
+    service_account_labels: LabelMap = Field(
+        default={c.LABEL_WAYPOINT_SERVICE_ACCOUNT: "true"},
+        description="Labels a ServiceAccount named by annotation gateway.istio.io/service-account "
+        "must carry when it exists and is not the Gateway's own. {} allows any ServiceAccount "
+        "of the namespace, as istiod does.",
+    )
+    image_prefixes: Annotated[list[_POLICY_ENTRY], Field(max_length=32)] | None = Field(
+        default=None,
+        description="Image references parameters may set must start with one of these "
+        "(a repository, matched up to a '/', ':' or '@'). Default: spec.images.hub.",
+    )
+    allow_keyless_tolerations: bool = Field(
+        default=False,
+        description="Whether parameters may add a toleration without a key, which tolerates "
+        "every taint.",
+    )
+    denied_node_keys: Annotated[list[_POLICY_ENTRY], Field(max_length=32)] = Field(
+        default=CONTROL_PLANE_NODE_KEYS,
+        description="Node label and taint keys parameters may neither select (nodeSelector) "
+        "nor tolerate. Default: the control-plane role keys.",
+    )
+    pod_annotations: Annotated[list[_POLICY_ENTRY], Field(max_length=64)] = Field(
+        default=SAFE_POD_ANNOTATIONS,
+        description="spec.infrastructure.annotations a Gateway may set (they are copied to its "
+        "pods): exact keys, or 'prefix/*' for every key under a prefix.",
+    )
 
 
 class Waypoints(ApiModel):
@@ -264,9 +345,10 @@ class Waypoints(ApiModel):
     class_name: Annotated[str, Field(max_length=253, pattern=_SUBDOMAIN)] = Field(
         default="ambient-waypoint", description="Name of the GatewayClass the operator keeps."
     )
-    controller_name: Annotated[str, Field(max_length=253, pattern=_CONTROLLER)] = Field(
+    controller_name: ControllerName = Field(
         default="ambientoperator.io/waypoint-controller",
-        description="controllerName of that class; Gateways of any class with it are ours.",
+        description="controllerName of that class; Gateways of any class with it are ours. "
+        "Not one under istio.io/, which istiod serves.",
     )
     image: ImageRef | None = Field(
         default=None, description="proxyv2 image. Default: <hub>/proxyv2:<tag>."
@@ -279,6 +361,7 @@ class Waypoints(ApiModel):
         default=None, description="Extra node labels; kubernetes.io/os is always linux."
     )
     tolerations: Tolerations | None = None
+    policy: WaypointPolicy = WaypointPolicy()
 
 
 class AmbientMeshSpec(ApiModel):
@@ -299,7 +382,9 @@ class AmbientMeshSpec(ApiModel):
     ztunnel: Ztunnel = Ztunnel()
     istio_cni: IstioCni = IstioCni()
     new_pod_workaround: NewPodWorkaround = NewPodWorkaround()
-    priority_class_name: Annotated[str, Field(max_length=253)] = "system-node-critical"
+    priority_class_name: Annotated[str, Field(max_length=253, pattern=_SUBDOMAIN)] = (
+        "system-node-critical"
+    )
     log_level: LogLevel = "info"
     waypoints: Waypoints = Waypoints()
 

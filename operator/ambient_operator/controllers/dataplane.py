@@ -1,7 +1,19 @@
 """The data-plane reconcile: facts -> render -> apply/prune -> status.
 
-Thin on purpose: every decision lives in render, apply and status; this
-module gathers inputs, calls them in order, and reports.
+Thin on purpose: every decision lives in render, apply, the writer and
+status; this module gathers inputs, calls them in order, and reports.
+
+What it may touch, and when:
+- Nothing at all while spec.namespace cannot take the agents (missing,
+  being deleted, or not one the operator is allowed to write to): the
+  status says why, once, and the agents keep running where they are.
+- Only objects of this mesh: every write and delete goes through writer.py,
+  which refuses anything without this mesh's controller reference
+  (NameConflict) and deletes by UID.
+- Nothing is pruned in a pass where any write failed or was refused.
+- A move of spec.namespace is make-before-break: the old namespace's
+  objects are pruned only once every DaemonSet in the new one is Ready, or,
+  for agents that cannot run twice on a node, placed (see _taking_over).
 """
 
 from __future__ import annotations
@@ -9,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -22,12 +35,13 @@ from ambient_operator.api.v1alpha1 import (
     ComponentStatus,
     Enrollment,
 )
-from ambient_operator.apply import Owner, plan, prepare
+from ambient_operator.apply import ObjectKey, Owner, key_of, plan, prepare
 from ambient_operator.enrollment import summarize
 from ambient_operator.events import EventRecorder, now_rfc3339
 from ambient_operator.facts import ClusterFacts, NodeFacts
 from ambient_operator.kube.client import Kube, KubeError
-from ambient_operator.kube.resources import KINDS, kind_of
+from ambient_operator.kube.resources import KINDS
+from ambient_operator.ownership import conflict, describe
 from ambient_operator.render import RenderResult, render_dataplane
 from ambient_operator.state import ClusterState
 from ambient_operator.status import (
@@ -35,15 +49,23 @@ from ambient_operator.status import (
     Verdict,
     build_status,
     component_status,
+    daemonset_placed,
     daemonset_ready,
     degraded_verdict,
     ready_verdict,
     transitions,
 )
+from ambient_operator.writer import NAME_CONFLICT, NameConflictError, prune, write
 
 log = logging.getLogger(__name__)
 CONTROLLER = "dataplane"
 MESH = KINDS[("ambientoperator.io/v1alpha1", "AmbientMesh")]
+NAMESPACE = KINDS[("v1", "Namespace")]
+NAMESPACE_NOT_FOUND = "NamespaceNotFound"
+NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
+APPLY_FAILED = "ApplyFailed"
+# The chart value that grants the operator a namespace for the agents.
+CHART_NAMESPACES_VALUE = "agents.namespaces"
 # Node verdicts that are a choice of the user, not a gap in support.
 INTENDED_EXCLUSIONS = {"PlatformDisabled", "WindowsBuildNotEnabled", "ExcludedBySpec"}
 CLUSTER_DNS = ("kube-system", "kube-dns")
@@ -54,6 +76,63 @@ def spec_error(exc: ValidationError) -> str:
     first = exc.errors()[0]
     path = ".".join(str(part) for part in ("spec", *first["loc"]))
     return f"{path}: {first['msg']}"
+
+
+def _uses(obj: Mapping[str, Any]) -> Iterator[ObjectKey]:
+    """Keys of the ServiceAccount and ConfigMaps a DaemonSet's pods use, in its namespace."""
+    if obj.get("kind") != "DaemonSet":
+        return
+    namespace = obj["metadata"].get("namespace") or ""
+    pod = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+    if pod.get("serviceAccountName"):
+        yield ("v1", "ServiceAccount", namespace, str(pod["serviceAccountName"]))
+    for container in [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]:
+        for source in container.get("envFrom") or []:
+            ref = source.get("configMapRef") or {}
+            if ref.get("name"):
+                yield ("v1", "ConfigMap", namespace, str(ref["name"]))
+    for volume in pod.get("volumes") or []:
+        ref = volume.get("configMap") or {}
+        if ref.get("name"):
+            yield ("v1", "ConfigMap", namespace, str(ref["name"]))
+
+
+def _named(key: ObjectKey) -> str:
+    return describe({"kind": key[1], "metadata": {"namespace": key[2], "name": key[3]}})
+
+
+@dataclass
+class ApplyOutcome:
+    """What one pass of writes and prunes came to."""
+
+    conflicts: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    # Why the old namespace's objects were kept this pass (a move under way).
+    waiting: str | None = None
+
+    def verdict(self, objects: int) -> Verdict:
+        """The Reconciled condition."""
+        if self.conflicts:
+            message = "; ".join([*self.conflicts, *self.errors])
+            return Verdict(
+                "Reconciled",
+                "False",
+                NAME_CONFLICT,
+                f"{message}. Objects that are not this AmbientMesh's are never changed or "
+                "deleted: remove or rename them, or choose another spec.namespace; "
+                "nothing was pruned",
+            )
+        if self.errors:
+            return Verdict(
+                "Reconciled",
+                "False",
+                APPLY_FAILED,
+                "; ".join(self.errors) + "; nothing was pruned",
+            )
+        message = f"{objects} objects match the spec"
+        if self.waiting:
+            message += f"; {self.waiting}"
+        return Verdict("Reconciled", "True", "Reconciled", message)
 
 
 def trust_message(trusted: Sequence[str], missing: Sequence[str]) -> str:
@@ -84,6 +163,9 @@ class DataplaneController:
         events: EventRecorder,
         kube_version: str = "1.37",
         clock: Callable[[], str] = now_rfc3339,
+        *,
+        agents_namespaces: Collection[str] = (),
+        cni_rbac: bool = True,
     ) -> None:
         self.state = state
         self.kube = kube
@@ -91,6 +173,12 @@ class DataplaneController:
         self.kube_version = kube_version
         self.clock = clock
         self.workaround_misses = 0
+        # Where the agents may go (empty: anywhere). The chart grants the
+        # operator DaemonSets, ConfigMaps and ServiceAccounts only there.
+        self.agents_namespaces = tuple(sorted(set(agents_namespaces)))
+        # Whether the istio-cni ClusterRole and binding are ours to keep;
+        # the chart ships them itself.
+        self.cni_rbac = cni_rbac
 
     # -- facts ------------------------------------------------------------
     def _service_ip(self, namespace: str, name: str) -> str | None:
@@ -98,7 +186,7 @@ class DataplaneController:
         ip = ((svc or {}).get("spec") or {}).get("clusterIP")
         return ip if ip and ip != "None" else None
 
-    def facts(self, spec: AmbientMeshSpec) -> ClusterFacts:
+    def facts(self, spec: AmbientMeshSpec, moving_from: Sequence[str] = ()) -> ClusterFacts:
         """Cluster facts for render, from the caches."""
         nodes = tuple(NodeFacts.from_node(node) for _, node in sorted(self.state.nodes.items()))
         return ClusterFacts(
@@ -106,7 +194,69 @@ class DataplaneController:
             istiod_ip=self._service_ip(spec.namespace, spec.istiod.service()),
             dns_ip=self._service_ip(*CLUSTER_DNS),
             kube_version=self.kube_version,
+            moving_from=tuple(moving_from),
         )
+
+    def ours(self, owner: Owner) -> dict[ObjectKey, dict[str, Any]]:
+        """This mesh's data-plane objects: our labels select them, its UID decides."""
+        return {
+            key: obj
+            for key, obj in self.state.owned_by(CONTROLLER).items()
+            if conflict(obj, owner) is None
+        }
+
+    def agent_namespaces(self, owner: Owner) -> set[str]:
+        """Namespaces holding objects of this mesh's data plane.
+
+        This is how the operator knows where the agents run now, across
+        restarts and whatever spec.namespace says: the namespaced objects the
+        caches hold (watched by our labels) whose controller reference is this
+        mesh. Any of these other than spec.namespace is a namespace being
+        moved away from.
+        """
+        return {key[2] for key in self.ours(owner) if key[2]}
+
+    async def namespace_refusal(self, namespace: str, owner: Owner) -> tuple[str, str] | None:
+        """(reason, message) when `namespace` cannot take the agents; None when it can.
+
+        Refusing changes nothing: not a write, not a prune, not the cluster-
+        scoped binding. The namespace is looked up in the cache (namespaces
+        are watched) and, when not there, with one GET: a namespace created a
+        moment ago may not have reached the watch.
+        """
+        where = sorted(self.agent_namespaces(owner))
+        kept = f"the agents keep running in {', '.join(where)}" if where else "none was created"
+        others = [name for name in where if name != namespace]
+        back = f", or set spec.namespace back to {others[0]}" if len(others) == 1 else ""
+        entry: Mapping[str, Any] | None = self.state.namespaces.get(namespace)
+        if entry is None:
+            try:
+                entry = await asyncio.to_thread(self.kube.get, NAMESPACE, namespace)
+            except KubeError as exc:
+                return APPLY_FAILED, f"cannot read Namespace {namespace}: {exc.message}"
+        if entry is None:
+            return (
+                NAMESPACE_NOT_FOUND,
+                f"Namespace {namespace} (spec.namespace) does not exist; nothing was changed "
+                f"and {kept}. Create the namespace{back}",
+            )
+        if entry.get("terminating") or (entry.get("metadata") or {}).get("deletionTimestamp"):
+            return (
+                NAMESPACE_NOT_FOUND,
+                f"Namespace {namespace} (spec.namespace) is being deleted; nothing was changed "
+                f"and {kept}. Choose another namespace{back}",
+            )
+        if self.agents_namespaces and namespace not in self.agents_namespaces:
+            allowed = ", ".join(self.agents_namespaces)
+            return (
+                NAMESPACE_NOT_ALLOWED,
+                f"spec.namespace {namespace} is not a namespace the operator may put the "
+                f"agents in (only {allowed}); nothing was changed and {kept}. With the Helm "
+                f"chart, add {namespace} to the value {CHART_NAMESPACES_VALUE} (which grants "
+                "the operator a Role there, --agents-namespace), or set spec.namespace to "
+                f"one of {allowed}",
+            )
+        return None
 
     def problems(self, spec: AmbientMeshSpec, result: RenderResult) -> list[Problem]:
         """Everything that makes the mesh Degraded."""
@@ -186,22 +336,25 @@ class DataplaneController:
         except ValidationError as exc:
             await self._fail(mesh, previous, generation, "InvalidSpec", spec_error(exc))
             return
+        owner = Owner.of(mesh)
+        refusal = await self.namespace_refusal(spec.namespace, owner)
+        self.state.refused_namespace = spec.namespace if refusal is not None else None
+        if refusal is not None:
+            await self._fail(mesh, previous, generation, *refusal)
+            return
+        moving_from = sorted(self.agent_namespaces(owner) - {spec.namespace})
         try:
-            result = render_dataplane(spec, self.facts(spec))
+            result = render_dataplane(spec, self.facts(spec, moving_from), cni_rbac=self.cni_rbac)
         except Exception as exc:  # a render bug must show in status, not kill the loop
             log.exception("render failed")
             await self._fail(mesh, previous, generation, "RenderFailed", str(exc))
             return
 
-        errors = await self._apply(mesh, result)
-        if errors:
-            reconciled = Verdict("Reconciled", "False", "ApplyFailed", "; ".join(errors))
-            metrics.RECONCILE_ERRORS.labels(controller=CONTROLLER, reason="ApplyFailed").inc()
-        else:
-            reconciled = Verdict(
-                "Reconciled", "True", "Reconciled", f"{len(result.objects)} objects match the spec"
-            )
-        components = self._components(result)
+        outcome = await self._apply(owner, spec.namespace, moving_from, result)
+        reconciled = outcome.verdict(len(result.objects))
+        if reconciled.status != "True":
+            metrics.RECONCILE_ERRORS.labels(controller=CONTROLLER, reason=reconciled.reason).inc()
+        components = self._components(result, spec.namespace, owner)
         problems = self.problems(spec, result)
         status = build_status(
             previous,
@@ -215,51 +368,106 @@ class DataplaneController:
         self._export_metrics(result, status.enrollment)
         await self._write_status(mesh, previous, status)
 
-    async def _apply(self, mesh: dict[str, Any], result: RenderResult) -> list[str]:
-        owner = Owner.of(mesh)
+    async def _apply(
+        self, owner: Owner, target: str, moving_from: Sequence[str], result: RenderResult
+    ) -> ApplyOutcome:
         prepared = [prepare(obj, owner, CONTROLLER) for obj in result.objects]
-        todo = plan(prepared, self.state.owned_by(CONTROLLER))
-        errors: list[str] = []
+        # Only this mesh's objects can be up to date or pruned; anything else
+        # under a name we want is written through the writer, which refuses it.
+        todo = plan(prepared, self.ours(owner))
+        outcome = ApplyOutcome()
+        refused: set[ObjectKey] = set()
         for obj in todo.apply:
-            what = f"{obj['kind']} {obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
+            what = describe(obj)
+            # A DaemonSet's pods would run with somebody else's account or
+            # configuration: the agents are not written until that is sorted.
+            blocked = [key for key in _uses(obj) if key in refused]
+            if blocked:
+                outcome.conflicts.append(
+                    f"{what} was not written: it would use {', '.join(map(_named, blocked))}"
+                )
+                continue
             try:
-                live = await asyncio.to_thread(self.kube.apply, obj)
+                live = await asyncio.to_thread(
+                    write, self.kube, obj, self.state.owned.get(key_of(obj)), owner
+                )
+            except NameConflictError as exc:
+                refused.add(key_of(obj))
+                outcome.conflicts.append(exc.message)
+                continue
             except KubeError as exc:
-                errors.append(f"{what}: {exc.message}")
+                outcome.errors.append(f"{what}: {exc.message}")
                 continue
             self.state.remember_owned(live)
             metrics.OBJECTS_APPLIED.labels(kind=obj["kind"]).inc()
             log.info("applied %s", what)
-        for obj in todo.prune:
-            meta = obj["metadata"]
-            what = f"{obj['kind']} {meta.get('namespace', '')}/{meta['name']}"
-            try:
-                await asyncio.to_thread(
-                    self.kube.delete,
-                    kind_of(obj),
-                    meta["name"],
-                    meta.get("namespace"),
-                    uid=meta.get("uid"),
+        if outcome.conflicts or outcome.errors:
+            return outcome
+        scope = {target}
+        if moving_from:
+            waiting = self._taking_over(result, target, owner)
+            if waiting:
+                outcome.waiting = (
+                    f"the agents in {', '.join(moving_from)} stay until those in {target} "
+                    f"are Ready, or placed where they cannot run twice on a node "
+                    f"({'; '.join(waiting)})"
                 )
+            else:
+                scope.update(moving_from)
+        for obj in todo.prune:
+            what = describe(obj)
+            try:
+                pruned = await asyncio.to_thread(prune, self.kube, obj, owner, scope)
             except KubeError as exc:
-                errors.append(f"prune {what}: {exc.message}")
+                outcome.errors.append(f"prune {what}: {exc.message}")
                 continue
+            if not pruned:
+                continue  # out of scope this pass (the old namespace during a move)
             self.state.remember_owned(obj, deleted=True)
             metrics.OBJECTS_PRUNED.labels(kind=obj["kind"]).inc()
             log.info("pruned %s", what)
-        return errors
+        return outcome
 
-    def _components(self, result: RenderResult) -> list[tuple[ComponentStatus, bool, str]]:
+    def _taking_over(self, result: RenderResult, target: str, owner: Owner) -> list[str]:
+        """Why the agents in `target` cannot take over yet; empty when they can.
+
+        Make-before-break where the agents can run twice on a node: ztunnel
+        on the pod network is Ready beside the old one (the way its own
+        surge rollout hands over). Agents on the host network (istio-cni, the
+        Windows HostProcess agents) cannot: the new pods wait for the old
+        ones' ports and CNI configuration, so they must be placed on every
+        node (their pods created, the DaemonSet accepted by admission and the
+        controller) and then they start as the old ones leave, like their own
+        rollout without surge.
+        """
+        ours = self.ours(owner)
+        rendered = {
+            obj["metadata"]["name"]: obj for obj in result.objects if obj["kind"] == "DaemonSet"
+        }
+        waiting = []
+        for ds in result.daemonsets:
+            live = ours.get(("apps/v1", "DaemonSet", target, ds.name))
+            pod = ((rendered.get(ds.name) or {}).get("spec") or {}).get("template", {})
+            rule = (
+                daemonset_placed if (pod.get("spec") or {}).get("hostNetwork") else daemonset_ready
+            )
+            ok, why = rule(live, len(ds.nodes))
+            if not ok:
+                waiting.append(f"{ds.name}: {why}")
+        return waiting
+
+    def _components(
+        self, result: RenderResult, namespace: str, owner: Owner
+    ) -> list[tuple[ComponentStatus, bool, str]]:
+        """Each rendered DaemonSet's live counts and readiness, in `namespace` only.
+
+        During a move both namespaces hold DaemonSets of the same names; only
+        the target's tell whether the agents run as the spec asks.
+        """
+        ours = self.ours(owner)
         out = []
         for ds in result.daemonsets:
-            live = next(
-                (
-                    obj
-                    for key, obj in self.state.owned.items()
-                    if key[1] == "DaemonSet" and key[3] == ds.name
-                ),
-                None,
-            )
+            live = ours.get(("apps/v1", "DaemonSet", namespace, ds.name))
             cs = component_status(ds.name, ds.component, ds.platform, live)
             ok, why = daemonset_ready(live, len(ds.nodes))
             out.append((cs, ok, why))
@@ -305,6 +513,8 @@ class DataplaneController:
             keep.enrollment,
             self.clock(),
         )
+        # Nothing was changed: the DaemonSets are as ready as they were.
+        status = status.model_copy(update={"ready_components": keep.ready_components})
         await self._write_status(mesh, previous, status)
 
     async def _write_status(

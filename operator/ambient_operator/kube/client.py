@@ -17,13 +17,17 @@ from kubernetes.client.exceptions import ApiException
 
 from ambient_operator import constants as c
 from ambient_operator import metrics
-from ambient_operator.kube.resources import Kind, kind_of
+from ambient_operator.kube.resources import InvalidNameError, Kind, kind_of
 
 _WRITES = {"POST", "PUT", "PATCH", "DELETE"}
 
 
 class KubeError(Exception):
-    """An API call failed; `status` is the HTTP code (0 when no answer came)."""
+    """An API call failed; `status` is the HTTP code (0 when no answer came).
+
+    A name or namespace that no object can carry is refused before any
+    request, as 422 Invalid: what the API server answers for one.
+    """
 
     def __init__(self, status: int, reason: str, message: str) -> None:
         super().__init__(f"{status} {reason}: {message}")
@@ -47,6 +51,25 @@ class KubeError(Exception):
     def from_api(cls, exc: ApiException) -> KubeError:
         """From the client library's exception."""
         return cls.from_body(int(exc.status or 0), str(exc.reason or ""), str(exc.body or ""))
+
+    @classmethod
+    def invalid(cls, exc: InvalidNameError) -> KubeError:
+        """For a name refused before any request."""
+        return cls(422, "Invalid", f"{exc} (refused before any request)")
+
+
+def _path(kind: Kind, name: str, namespace: str | None, subresource: str = "") -> str:
+    try:
+        return kind.path(name, namespace) + subresource
+    except InvalidNameError as exc:
+        raise KubeError.invalid(exc) from None
+
+
+def _collection(kind: Kind, namespace: str | None) -> str:
+    try:
+        return kind.collection(namespace)
+    except InvalidNameError as exc:
+        raise KubeError.invalid(exc) from None
 
 
 def load_api_client(kubeconfig: str | None = None) -> k8s_client.ApiClient:
@@ -157,9 +180,17 @@ class Kube:
         return raw
 
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-        """The object, or None when it does not exist."""
+        """The object, or None when it does not exist.
+
+        A name or namespace no object can carry (often read from an annotation)
+        is None without a request: the API server could only answer 404.
+        """
         try:
-            obj: dict[str, Any] = self.request("GET", kind.path(name, namespace))
+            path = kind.path(name, namespace)
+        except InvalidNameError:
+            return None
+        try:
+            obj: dict[str, Any] = self.request("GET", path)
         except KubeError as exc:
             if exc.status == 404:
                 return None
@@ -171,7 +202,7 @@ class Kube:
     ) -> list[dict[str, Any]]:
         """Every object of a kind (in one namespace, or everywhere)."""
         query = [("labelSelector", label_selector)] if label_selector else []
-        result = self.request("GET", kind.collection(namespace), query=query)
+        result = self.request("GET", _collection(kind, namespace), query=query)
         items: list[dict[str, Any]] = result.get("items", [])
         for item in items:  # lists leave out the type fields of their items
             item.setdefault("apiVersion", kind.api_version)
@@ -196,7 +227,7 @@ class Kube:
                 query.append(("fieldSelector", field_selector))
             if token:
                 query.append(("continue", token))
-            page: dict[str, Any] = self.request("GET", kind.collection(namespace), query=query)
+            page: dict[str, Any] = self.request("GET", _collection(kind, namespace), query=query)
             yield page
             token = (page.get("metadata") or {}).get("continue") or ""
             if not token:
@@ -226,7 +257,7 @@ class Kube:
             query.append(("force", "true"))
         result: dict[str, Any] = self.request(
             "PATCH",
-            kind.path(meta["name"], meta.get("namespace")),
+            _path(kind, meta["name"], meta.get("namespace")),
             body=dict(obj),
             query=query,
             content_type="application/apply-patch+yaml",
@@ -239,7 +270,7 @@ class Kube:
         meta = obj["metadata"]
         result: dict[str, Any] = self.request(
             "PATCH",
-            kind.path(meta["name"], meta.get("namespace")) + "/status",
+            _path(kind, meta["name"], meta.get("namespace"), "/status"),
             body=dict(obj),
             query=[("fieldManager", self.field_manager), ("force", "true")],
             content_type="application/apply-patch+yaml",
@@ -256,7 +287,7 @@ class Kube:
         subresource: str | None = None,
     ) -> dict[str, Any]:
         """A JSON merge patch, optionally of a subresource."""
-        path = kind.path(name, namespace) + (f"/{subresource}" if subresource else "")
+        path = _path(kind, name, namespace, f"/{subresource}" if subresource else "")
         result: dict[str, Any] = self.request(
             "PATCH",
             path,
@@ -272,7 +303,7 @@ class Kube:
         namespace = obj["metadata"].get("namespace")
         result: dict[str, Any] = self.request(
             "POST",
-            kind.collection(namespace),
+            _collection(kind, namespace),
             body=dict(obj),
             query=[("fieldManager", self.field_manager)],
         )
@@ -290,7 +321,7 @@ class Kube:
         if uid:
             body["preconditions"] = {"uid": uid}
         try:
-            self.request("DELETE", kind.path(name, namespace), body=body)
+            self.request("DELETE", _path(kind, name, namespace), body=body)
         except KubeError as exc:
             if exc.status in (404, 409):
                 return False

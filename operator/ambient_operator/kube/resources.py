@@ -6,10 +6,56 @@ kinds, and discovery would cost a burst of requests on every start.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
+
+# apimachinery's IsDNS1123Subdomain and IsDNS1123Label. fullmatch, because
+# `$` would let a trailing newline through.
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_SHOWN = 64
+
+NameRule = Literal["subdomain", "label", "segment"]
+
+
+class InvalidNameError(ValueError):
+    """A name or namespace no object can carry; refused before any request is made."""
+
+
+def shown(value: str) -> str:
+    # The value may come from an annotation: bounded in messages and logs.
+    return repr(value if len(value) <= _SHOWN else value[:_SHOWN] + "...")
+
+
+def why_not_a_name(name: str, rule: NameRule = "subdomain") -> str | None:
+    """Why `name` cannot name an object under this rule, or None when it can."""
+    if rule == "segment":
+        # RBAC names (apimachinery IsPathSegmentName): anything that stays one
+        # path segment, which is how `system:controller:...` names exist.
+        if not name or name in (".", "..") or "/" in name or "%" in name:
+            return "must be non-empty, not '.' or '..', and without '/' or '%'"
+        return None
+    if rule == "label":
+        if len(name) > 63 or not _LABEL.fullmatch(name):
+            return (
+                "must be a DNS-1123 label: lowercase letters, digits and '-', starting and "
+                "ending with a letter or digit, at most 63 characters"
+            )
+        return None
+    if len(name) > 253 or not _SUBDOMAIN.fullmatch(name):
+        return (
+            "must be a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', starting "
+            "and ending with a letter or digit, at most 253 characters"
+        )
+    return None
+
+
+def _segment(value: str) -> str:
+    # safe="": a '/' that slipped through would otherwise start another segment.
+    return quote(value, safe="")
 
 
 @dataclass(frozen=True)
@@ -20,6 +66,8 @@ class Kind:
     kind: str
     plural: str
     namespaced: bool
+    # What the API server validates this kind's names against.
+    names: NameRule = "subdomain"
 
     @property
     def group(self) -> str:
@@ -27,17 +75,30 @@ class Kind:
         return self.api_version.rpartition("/")[0]
 
     def collection(self, namespace: str | None = None) -> str:
-        """Path of the collection, across namespaces when namespace is None."""
+        """Path of the collection, across namespaces when namespace is None.
+
+        Raises InvalidNameError for a namespace that is not a DNS-1123 label.
+        """
         base = f"/api/{self.api_version}" if not self.group else f"/apis/{self.api_version}"
         if self.namespaced and namespace:
-            return f"{base}/namespaces/{quote(namespace)}/{self.plural}"
+            problem = why_not_a_name(namespace, "label")
+            if problem:
+                raise InvalidNameError(f"namespace {shown(namespace)} of a {self.kind}: {problem}")
+            return f"{base}/namespaces/{_segment(namespace)}/{self.plural}"
         return f"{base}/{self.plural}"
 
     def path(self, name: str, namespace: str | None = None) -> str:
-        """Path of one object."""
+        """Path of one object.
+
+        Raises InvalidNameError for a name the API server would not take for this
+        kind, or a namespace that is not a DNS-1123 label.
+        """
         if self.namespaced and not namespace:
             raise ValueError(f"{self.kind} {name} needs a namespace")
-        return f"{self.collection(namespace)}/{quote(name)}"
+        problem = why_not_a_name(name, self.names)
+        if problem:
+            raise InvalidNameError(f"{self.kind} name {shown(name)}: {problem}")
+        return f"{self.collection(namespace)}/{_segment(name)}"
 
 
 _KINDS = [
@@ -45,17 +106,23 @@ _KINDS = [
     Kind("v1", "ConfigMap", "configmaps", True),
     Kind("v1", "Service", "services", True),
     Kind("v1", "Secret", "secrets", True),
-    Kind("v1", "Namespace", "namespaces", False),
+    Kind("v1", "Namespace", "namespaces", False, names="label"),
     Kind("v1", "Node", "nodes", False),
     Kind("v1", "Pod", "pods", True),
     Kind("v1", "Event", "events", True),
     Kind("apps/v1", "DaemonSet", "daemonsets", True),
     Kind("apps/v1", "Deployment", "deployments", True),
     Kind("coordination.k8s.io/v1", "Lease", "leases", True),
-    Kind("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", False),
-    Kind("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "clusterrolebindings", False),
-    Kind("rbac.authorization.k8s.io/v1", "Role", "roles", True),
-    Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", True),
+    Kind("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", False, names="segment"),
+    Kind(
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        False,
+        names="segment",
+    ),
+    Kind("rbac.authorization.k8s.io/v1", "Role", "roles", True, names="segment"),
+    Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", True, names="segment"),
     Kind(
         "admissionregistration.k8s.io/v1",
         "MutatingWebhookConfiguration",

@@ -288,7 +288,9 @@ def _service_account(spec: AmbientMeshSpec, name: str, component: Component) -> 
     )
 
 
-def _rbac(spec: AmbientMeshSpec, cni_daemonsets: Sequence[str]) -> list[dict[str, Any]]:
+def _rbac(
+    spec: AmbientMeshSpec, facts: ClusterFacts, cni_daemonsets: Sequence[str]
+) -> list[dict[str, Any]]:
     labels = v.labels(v.ISTIO_CNI, PLATFORM_ALL)
     role = render_object(
         "clusterrole-istio-cni.yaml.j2",
@@ -302,7 +304,10 @@ def _rbac(spec: AmbientMeshSpec, cni_daemonsets: Sequence[str]) -> list[dict[str
         labels=labels,
         role=v.CLUSTER_ROLE_ISTIO_CNI,
         service_accounts=[v.SA_ISTIO_CNI],
-        namespace=spec.namespace,
+        # During a move the agents of both namespaces run: the old ones keep
+        # working until the new ones are Ready, and the new ones need the
+        # grant to become Ready at all.
+        namespaces=[spec.namespace, *sorted(set(facts.moving_from) - {spec.namespace})],
     )
     return [role, binding]
 
@@ -326,12 +331,16 @@ def _platforms(
     return out
 
 
-def render_dataplane(spec: AmbientMeshSpec, facts: ClusterFacts) -> RenderResult:
+def render_dataplane(
+    spec: AmbientMeshSpec, facts: ClusterFacts, *, cni_rbac: bool = True
+) -> RenderResult:
     """Desired data-plane objects for a spec (defaults applied) and the cluster's facts.
 
     Pure: no API calls, no clock, no randomness; the node order in the facts
     does not matter. Objects come in apply order: ServiceAccounts, RBAC,
-    ConfigMaps, DaemonSets.
+    ConfigMaps, DaemonSets. `cni_rbac=False` leaves out the istio-cni
+    ClusterRole and its binding, for installs that ship them (the chart):
+    the operator then needs neither the agent's permissions nor RBAC writes.
     """
     assignment = assign(spec, facts.nodes)
     platforms = _platforms(spec, assignment.linux, dict(assignment.windows))
@@ -367,13 +376,13 @@ def render_dataplane(spec: AmbientMeshSpec, facts: ClusterFacts) -> RenderResult
         for component, obj in pair:
             daemonsets.append(obj)
             plans.append(DaemonSetPlan(obj["metadata"]["name"], component, plat.name, nodes))
-    if platforms:
+    if platforms and cni_rbac:
         # Only the Linux agent looks its DaemonSet up, by the one name the agent
         # knows (istio-cni-node); the Windows agents skip the lookup.
         cni_names = [
             p.name for p in plans if p.component == v.ISTIO_CNI and p.platform == PLATFORM_LINUX
         ]
-        objects.extend(_rbac(spec, cni_names))
+        objects.extend(_rbac(spec, facts, cni_names))
     objects.extend(_cni_config(spec, plat) for plat in platforms)
     objects.extend(daemonsets)
     return RenderResult(

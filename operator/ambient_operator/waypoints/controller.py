@@ -1,8 +1,9 @@
 """Waypoints from Gateway API resources: watches feed caches, one pass reconciles.
 
-Thin on purpose: render.py decides, apply.py writes, status.py judges. This
-module keeps the caches the watches fill, knows which Gateways changed since
-the last pass (only those are reconciled), and talks to the API server.
+Thin on purpose: render.py decides, writer.py writes (and only what is ours),
+status.py judges. This module keeps the caches the watches fill, knows which
+Gateways changed since the last pass (only those are reconciled), and talks
+to the API server.
 
 Handlers are coroutines so they run on the event loop, like the reconcile
 that reads what they write; nothing here is touched from a thread.
@@ -38,11 +39,13 @@ from ambient_operator.enrollment import namespace_problems
 from ambient_operator.events import EventRecorder, now_rfc3339
 from ambient_operator.kube.client import Kube, KubeError
 from ambient_operator.kube.resources import KINDS, Kind, kind_of, resource_version
+from ambient_operator.ownership import conflict
 from ambient_operator.pacing import Pacer
 from ambient_operator.state import ClusterState
 from ambient_operator.sweep import Target
 from ambient_operator.waypoints import render as wr
 from ambient_operator.waypoints import status as ws
+from ambient_operator.writer import NAME_CONFLICT, NameConflictError, prune, write
 
 if TYPE_CHECKING:
     from ambient_operator.runner import Operator
@@ -616,38 +619,49 @@ class WaypointController:
 
     # -- GatewayClasses ----------------------------------------------------------------
     async def _reconcile_classes(self, mesh: dict[str, Any], spec: AmbientMeshSpec) -> None:
-        desired = prepare(wr.render_gateway_class(spec), Owner.of(mesh), wr.CLASS_CONTROLLER)
+        owner = Owner.of(mesh)
+        desired = prepare(wr.render_gateway_class(spec), owner, wr.CLASS_CONTROLLER)
         live = {
             key_of(obj): obj
             for obj in self.classes.values()
             if _labels(obj).get(LABEL_CONTROLLER) == wr.CLASS_CONTROLLER
+            and conflict(obj, owner) is None
         }
         todo = plan([desired], live)
+        failed = False
         for obj in todo.apply:
+            name = obj["metadata"]["name"]
             try:
-                result = await self._call(self.kube.apply, obj)
-            except KubeError as exc:
-                log.warning("GatewayClass %s: %s", obj["metadata"]["name"], exc)
+                result = await self._call(write, self.kube, obj, self.classes.get(name), owner)
+            except (KubeError, NameConflictError) as exc:
+                failed = True
+                reason = (
+                    NAME_CONFLICT
+                    if isinstance(exc, NameConflictError)
+                    else "GatewayClassNotApplied"
+                )
+                log.warning("GatewayClass %s: %s", name, exc)
                 await self._call(
                     self.events.post,
                     mesh,
                     "Warning",
-                    "GatewayClassNotApplied",
-                    f"GatewayClass {obj['metadata']['name']}: {exc.message}",
+                    reason,
+                    f"GatewayClass {name}: {exc.message}",
                 )
                 self._retry_later("classes", RETRY_SECONDS[-1])
                 continue
             self.on_gateway_class("MODIFIED", result)
             metrics.OBJECTS_APPLIED.labels(kind="GatewayClass").inc()
-        for obj in todo.prune:
-            await self._delete(obj)
+        if not failed:
+            for obj in todo.prune:
+                await self._prune(obj, owner, None)
         now = self.clock()
         for name, gateway_class in sorted(self.classes.items()):
             if not wr.class_is_ours(gateway_class, spec.waypoints.controller_name):
                 continue
-            refs = wr.parameter_refs({}, gateway_class)
+            refs = wr.parameter_refs({}, gateway_class, spec.namespace)
             await self._load_config_maps(refs, f"class:{name}")
-            verdict = wr.class_verdict(gateway_class, self._config_data())
+            verdict = wr.class_verdict(gateway_class, self._config_data(), spec.namespace)
             desired_status = ws.class_status(gateway_class, verdict, now)
             if not ws.class_status_changed(desired_status, gateway_class.get("status")):
                 continue
@@ -725,8 +739,25 @@ class WaypointController:
             obj = wr.render_class_defaults(
                 meta["name"], meta["namespace"], merged if merged is not None else text or ""
             )
+            # The stand-in for a ConfigMap that does not exist has no uid.
+            live = cm if meta.get("uid") else None
             try:
-                result = await self._call(self.kube.apply, obj)
+                result = await self._call(write, self.kube, obj, live, None)
+            except NameConflictError as exc:
+                # Someone else's (Helm's, say, from istiod's gatewayClasses
+                # value): its owner must add the pin; an edit of ours would
+                # be theirs to fight.
+                await self._call(
+                    self.events.post,
+                    cm | {"apiVersion": "v1", "kind": "ConfigMap"},
+                    "Warning",
+                    "ClassDefaultsNotPinned",
+                    f"{exc.message}; istiod reads its istio-waypoint deployment overlay from "
+                    f"here and the operator changes only ConfigMaps it created. Add nodeSelector "
+                    f"{c.LABEL_OS}: linux under spec.template.spec of its deployment key, or "
+                    "istio-waypoint waypoints may land on Windows nodes",
+                )
+                continue
             except KubeError as exc:
                 log.warning("istio-waypoint class defaults: %s", exc)
                 self._retry_later("defaults", RETRY_SECONDS[-2])
@@ -736,28 +767,29 @@ class WaypointController:
             log.info("pinned istio-waypoint waypoints to Linux in %s/%s", *_key(result))
 
     # -- one Gateway ------------------------------------------------------------------
-    async def _own_service_account(
-        self, key: GatewayKey, gateway: Mapping[str, Any], name: str
-    ) -> bool:
-        """False when a ServiceAccount named by annotation exists and is not ours.
+    async def _foreign_service_account(
+        self, key: GatewayKey, gateway: Mapping[str, Any], owner: Owner, names: wr.Names
+    ) -> dict[str, Any] | None:
+        """The ServiceAccount named by annotation, when it exists and is not the Gateway's own.
 
-        Then the waypoint uses it and we leave it alone (it may carry a cloud
-        identity, and our owner reference would delete it with the Gateway).
+        Such an account may carry a cloud identity or RBAC of its own: the
+        policy decides whether the waypoint may run as it, and it is never
+        written (an owner reference would delete it with the Gateway).
         Without the annotation the account is the Gateway's own, as upstream.
         """
         annotations = (gateway.get("metadata") or {}).get("annotations") or {}
         if c.ANNOTATION_GATEWAY_SERVICE_ACCOUNT not in annotations:
-            return True
-        if ("v1", "ServiceAccount", key[0], name) in self.objects.get(key, {}):
-            return True
+            return None
+        if wr.service_account_problem(names):
+            return None  # render refuses the name; it must not reach an API path
+        name = names.service_account
+        cached = self.objects.get(key, {}).get(("v1", "ServiceAccount", key[0], name))
+        if cached is not None and conflict(cached, owner) is None:
+            return None
         live = await self._call(self.kube.get, SERVICE_ACCOUNT, name, key[0])
-        if live is None:
-            return True
-        labels = _labels(live)
-        return (
-            labels.get(LABEL_CONTROLLER) == wr.CONTROLLER
-            and labels.get(c.LABEL_GATEWAY_NAME) == key[1]
-        )
+        if live is None or conflict(live, owner) is None:
+            return None
+        return live
 
     async def _reconcile_gateway(self, spec: AmbientMeshSpec, key: GatewayKey) -> bool:
         """Objects and status of one Gateway; False when something must be retried."""
@@ -779,65 +811,134 @@ class WaypointController:
                 return True
         elif namespace.get("terminating"):
             return True
-        owned = dict(self.objects.get(key, {}))
+        owner = Owner.of(gateway)
+        # What this Gateway controls: an object that merely carries our labels
+        # is neither updated, pruned nor read for status.
+        owned = self._owned(key, owner)
         gateway_class = self.classes.get(str((gateway.get("spec") or {}).get("gatewayClassName")))
         if not wr.class_is_ours(gateway_class, spec.waypoints.controller_name):
             ok = True
             for obj in owned.values():
-                ok = await self._delete(obj) and ok
+                ok = await self._prune(obj, owner, key[0]) and ok
             return ok
         await self._load_config_maps(
-            wr.parameter_refs(gateway, gateway_class), f"gw:{key[0]}/{key[1]}"
+            wr.parameter_refs(gateway, gateway_class, spec.namespace), f"gw:{key[0]}/{key[1]}"
         )
         names = wr.names_of(gateway)
-        own_account = await self._own_service_account(key, gateway, names.service_account)
+        foreign = await self._foreign_service_account(key, gateway, owner, names)
         result = wr.render_waypoint(
-            spec, gateway, gateway_class, self._config_data(), own_service_account=own_account
+            spec, gateway, gateway_class, self._config_data(), foreign_service_account=foreign
         )
         errors: list[str] = []
+        conflicts: list[str] = []
         if result.accepted.status == "True":
-            owner = Owner.of(gateway)
             prepared = [prepare(obj, owner, wr.CONTROLLER) for obj in result.objects]
             todo = plan(prepared, owned)
-
-            async def apply(obj: dict[str, Any]) -> None:
-                try:
-                    live = await self._call(self.kube.apply, obj)
-                except KubeError as exc:
-                    errors.append(f"{obj['kind']} {obj['metadata']['name']}: {exc.message}")
-                    return
-                self.on_owned("MODIFIED", live)
-                metrics.OBJECTS_APPLIED.labels(kind=obj["kind"]).inc()
-
-            # The ServiceAccount first: a pod naming a missing one is refused,
-            # and the ReplicaSet controller backs off. The rest go together.
-            accounts = [o for o in todo.apply if o["kind"] == "ServiceAccount"]
-            for obj in accounts:
-                await apply(obj)
-            await asyncio.gather(*(apply(o) for o in todo.apply if o["kind"] != "ServiceAccount"))
-            for obj in todo.prune:
-                if not await self._delete(obj):
-                    errors.append(f"could not delete {obj['kind']} {obj['metadata']['name']}")
+            current = await self._current(todo.apply, owned, owner, conflicts, errors)
+            # All or nothing: a waypoint short of one object serves nobody, and
+            # the others would sit under names somebody else may want back.
+            if not (conflicts or errors):
+                await self._write_all(todo.apply, current, owner, conflicts, errors)
+            if not (conflicts or errors):
+                for obj in todo.prune:
+                    if not await self._prune(obj, owner, key[0]):
+                        errors.append(f"could not delete {obj['kind']} {obj['metadata']['name']}")
         for reason, message in result.warnings:
             await self._call(self.events.post, gateway, "Warning", reason, message)
-        ok = await self._write_status(spec, key, result, "; ".join(errors) or None)
-        return ok and not errors
+        ok = await self._write_status(
+            spec, key, result, "; ".join(errors) or None, "; ".join(conflicts) or None
+        )
+        # A conflict is retried with backoff too: the name may be freed.
+        return ok and not errors and not conflicts
 
-    def _live(self, key: GatewayKey, kind: str, name: str) -> dict[str, Any] | None:
+    def _owned(self, key: GatewayKey, owner: Owner) -> dict[ObjectKey, dict[str, Any]]:
+        return {
+            okey: obj
+            for okey, obj in self.objects.get(key, {}).items()
+            if conflict(obj, owner) is None
+        }
+
+    async def _current(
+        self,
+        objects: Iterable[Mapping[str, Any]],
+        owned: Mapping[ObjectKey, dict[str, Any]],
+        owner: Owner,
+        conflicts: list[str],
+        errors: list[str],
+    ) -> dict[ObjectKey, dict[str, Any] | None]:
+        """What the API server holds under each name we are about to write.
+
+        Our caches see only objects with our labels, so a name not among
+        this Gateway's own is asked for; whatever is not ours is a conflict.
+        """
+        current: dict[ObjectKey, dict[str, Any] | None] = {}
+        for obj in objects:
+            okey = key_of(obj)
+            live = owned.get(okey)
+            if live is None:
+                meta = obj["metadata"]
+                try:
+                    live = await self._call(
+                        self.kube.get, kind_of(dict(obj)), meta["name"], meta.get("namespace")
+                    )
+                except KubeError as exc:
+                    errors.append(f"{obj['kind']} {meta['name']}: {exc.message}")
+                    continue
+            why = conflict(live, owner)
+            if why is not None:
+                conflicts.append(why)
+            current[okey] = live
+        return current
+
+    async def _write_all(
+        self,
+        objects: list[dict[str, Any]],
+        current: Mapping[ObjectKey, dict[str, Any] | None],
+        owner: Owner,
+        conflicts: list[str],
+        errors: list[str],
+    ) -> None:
+        async def one(obj: dict[str, Any]) -> None:
+            try:
+                live = await self._call(write, self.kube, obj, current.get(key_of(obj)), owner)
+            except NameConflictError as exc:
+                conflicts.append(exc.message)  # taken meanwhile; nothing was written
+                return
+            except KubeError as exc:
+                errors.append(f"{obj['kind']} {obj['metadata']['name']}: {exc.message}")
+                return
+            self.on_owned("MODIFIED", live)
+            metrics.OBJECTS_APPLIED.labels(kind=obj["kind"]).inc()
+
+        # The ServiceAccount first: a pod naming a missing one is refused,
+        # and the ReplicaSet controller backs off. The rest go together.
+        for obj in (o for o in objects if o["kind"] == "ServiceAccount"):
+            await one(obj)
+        await asyncio.gather(*(one(o) for o in objects if o["kind"] != "ServiceAccount"))
+
+    def _live(self, key: GatewayKey, kind: str, name: str, owner: Owner) -> dict[str, Any] | None:
         api = "apps/v1" if kind == "Deployment" else "v1"
-        return self.objects.get(key, {}).get((api, kind, key[0], name))
+        obj = self.objects.get(key, {}).get((api, kind, key[0], name))
+        # Another party's Service must never lend the Gateway its address.
+        return obj if obj is not None and conflict(obj, owner) is None else None
 
     async def _write_status(
-        self, spec: AmbientMeshSpec, key: GatewayKey, result: wr.WaypointRender, error: str | None
+        self,
+        spec: AmbientMeshSpec,
+        key: GatewayKey,
+        result: wr.WaypointRender,
+        error: str | None,
+        name_conflict: str | None = None,
     ) -> bool:
         for _ in range(STATUS_ATTEMPTS):
             gateway = self.gateways.get(key)
             if gateway is None:
                 return True
-            deployment = self._live(key, "Deployment", result.names.deployment)
-            service = self._live(key, "Service", result.names.service)
+            owner = Owner.of(gateway)
+            deployment = self._live(key, "Deployment", result.names.deployment, owner)
+            service = self._live(key, "Service", result.names.service, owner)
             programmed = ws.programmed_verdict(
-                result.accepted, result.replicas, deployment, service, error
+                result.accepted, result.replicas, deployment, service, error, name_conflict
             )
             desired = ws.gateway_status(
                 gateway,
@@ -885,20 +986,21 @@ class WaypointController:
             return True
         return False
 
-    async def _delete(self, obj: Mapping[str, Any]) -> bool:
-        meta = obj["metadata"]
+    async def _prune(
+        self, obj: Mapping[str, Any], owner: Owner | None, namespace: str | None
+    ) -> bool:
+        """Delete `obj` if writer.prune finds it ours; False only when a delete failed.
+
+        `namespace` is the one the owner writes to (None for cluster-scoped).
+        """
+        scope = None if namespace is None else {namespace}
         try:
-            await self._call(
-                self.kube.delete,
-                kind_of(dict(obj)),
-                meta["name"],
-                meta.get("namespace"),
-                uid=meta.get("uid"),
-            )
+            deleted = await self._call(prune, self.kube, obj, owner, scope)
         except KubeError as exc:
-            log.warning("delete %s %s: %s", obj.get("kind"), meta["name"], exc)
+            log.warning("delete %s %s: %s", obj.get("kind"), obj["metadata"]["name"], exc)
             return False
-        metrics.OBJECTS_PRUNED.labels(kind=str(obj.get("kind"))).inc()
+        if deleted:
+            metrics.OBJECTS_PRUNED.labels(kind=str(obj.get("kind"))).inc()
         return True
 
     # -- reports ------------------------------------------------------------------

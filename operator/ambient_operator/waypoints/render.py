@@ -19,7 +19,14 @@ from pydantic import Field, ValidationError
 
 from ambient_operator import constants as c
 from ambient_operator.api.types import ApiModel, ImageRef, LabelMap
-from ambient_operator.api.v1alpha1 import AmbientMeshSpec, Resources, Tolerations
+from ambient_operator.api.v1alpha1 import (
+    AmbientMeshSpec,
+    Resources,
+    Toleration,
+    Tolerations,
+    WaypointPolicy,
+)
+from ambient_operator.kube.resources import NameRule, shown, why_not_a_name
 from ambient_operator.render.templating import render_object
 from ambient_operator.status import Verdict
 
@@ -31,6 +38,9 @@ COMPONENT = "waypoint"
 # The ConfigMap we create in istiod's namespace when none carries the
 # defaults label for istio-waypoint yet.
 CLASS_DEFAULTS_NAME = "ambient-operator-istio-waypoint-defaults"
+# Where a GatewayClass's parametersRef may point when the caller does not say:
+# the AmbientMesh's default spec.namespace (istiod's, the agents').
+CLASS_PARAMETERS_NAMESPACE: str = AmbientMeshSpec.model_fields["namespace"].default
 # Gateway API allows 64 characters here.
 CLASS_DESCRIPTION = "Istio ambient waypoints on Linux nodes, by ambient-operator"
 # Gateway metadata that steers istiod-style deployment, not infrastructure.
@@ -44,9 +54,6 @@ _NOT_COPIED_ANNOTATIONS = frozenset(
 )
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-)
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 # Node labels that can only ever select Windows nodes.
 _OS_KEYS = (c.LABEL_OS, "beta.kubernetes.io/os")
@@ -166,11 +173,12 @@ def is_waypoint(gateway: Mapping[str, Any]) -> bool:
 
 
 def config_map_ref(
-    ref: Mapping[str, Any] | None, default_namespace: str | None
+    ref: Mapping[str, Any] | None, default_namespace: str | None, allowed_namespace: str
 ) -> tuple[str, str] | None:
     """(namespace, name) of the ConfigMap a parametersRef names; None without a ref.
 
-    Raises ParametersError for a reference to anything but a core ConfigMap.
+    Raises ParametersError for a reference to anything but a core ConfigMap
+    in `allowed_namespace`.
     """
     if not ref:
         return None
@@ -183,23 +191,48 @@ def config_map_ref(
     namespace = ref.get("namespace") or default_namespace
     if not namespace:
         raise ParametersError("parametersRef of a GatewayClass needs a namespace")
-    return str(namespace), str(ref.get("name") or "")
+    namespace, name = str(namespace), str(ref.get("name") or "")
+    # Checked here, before the controller reads the ConfigMap: an unchecked
+    # name would become part of an API path.
+    checks: tuple[tuple[str, str, NameRule], ...] = (
+        ("namespace", namespace, "label"),
+        ("name", name, "subdomain"),
+    )
+    for what, value, rule in checks:
+        problem = why_not_a_name(value, rule)
+        if problem:
+            raise ParametersError(
+                f"parametersRef {what} {shown(value)} cannot name a ConfigMap; it {problem}"
+            )
+    # A GatewayClass is cluster-scoped: were its reference followed anywhere,
+    # whoever may write a class could read any namespace's ConfigMaps through
+    # the operator (and see them echoed in errors).
+    if namespace != allowed_namespace:
+        raise ParametersError(
+            f"parametersRef names ConfigMap {namespace}/{name}; parameters are read only from "
+            f"namespace {allowed_namespace}, so it is not read"
+        )
+    return namespace, name
 
 
 def parameter_refs(
-    gateway: Mapping[str, Any], gateway_class: Mapping[str, Any] | None
+    gateway: Mapping[str, Any],
+    gateway_class: Mapping[str, Any] | None,
+    class_namespace: str = CLASS_PARAMETERS_NAMESPACE,
 ) -> list[tuple[str, str]]:
-    """ConfigMaps whose data the render of this Gateway reads."""
+    """ConfigMaps whose data the render of this Gateway reads (none that would be refused)."""
     refs: list[tuple[str, str]] = []
-    for ref, namespace in (
-        (_spec(gateway_class).get("parametersRef"), None),
+    gateway_namespace = str(_meta(gateway).get("namespace") or "")
+    for ref, namespace, allowed in (
+        (_spec(gateway_class).get("parametersRef"), None, class_namespace),
         (
             (_spec(gateway).get("infrastructure") or {}).get("parametersRef"),
-            _meta(gateway).get("namespace"),
+            gateway_namespace,
+            gateway_namespace,
         ),
     ):
         try:
-            target = config_map_ref(ref, namespace)
+            target = config_map_ref(ref, namespace, allowed)
         except ParametersError:
             continue
         if target is not None:
@@ -207,8 +240,49 @@ def parameter_refs(
     return refs
 
 
+def _field_names(*models: type[ApiModel]) -> frozenset[str]:
+    return frozenset(
+        name for model in models for field in model.model_fields.values() if (name := field.alias)
+    )
+
+
+# The parts of an error location that are ours, not the ConfigMap's content
+# (a nodeSelector's keys are content, and so may be a secret).
+_PARAMETER_FIELDS = _field_names(WaypointParameters, Resources, Toleration)
+
+
+def _location(loc: Sequence[int | str]) -> str:
+    out = str(loc[0]) if loc else "?"
+    for part in loc[1:]:
+        out += (
+            f"[{part}]"
+            if isinstance(part, int)
+            else f".{part if part in _PARAMETER_FIELDS else '*'}"
+        )
+    return out
+
+
+def _reason(error: Mapping[str, Any]) -> str:
+    """What is wrong, without the value: a ConfigMap may hold anything, secrets included."""
+    value = error.get("input")
+    if error["type"] in ("value_error", "assertion_error"):
+        # Our validators say `{value!r} is not ...`; keep what follows the value.
+        text = str((error.get("ctx") or {}).get("error", ""))
+        prefix = repr(value) if isinstance(value, str) else None
+        msg = text[len(prefix) :].strip() if prefix and text.startswith(prefix) else ""
+    else:
+        msg = str(error["msg"])
+    if not msg or (isinstance(value, str) and value and value in msg):
+        return "is not a valid value"
+    return msg
+
+
 def parse_parameters(data: Mapping[str, Any] | None, where: str) -> WaypointParameters:
-    """The settings a parametersRef ConfigMap holds; ParametersError names the bad key."""
+    """The settings a parametersRef ConfigMap holds.
+
+    ParametersError names the bad key, never its value: the message goes
+    into status, which more people read than may read the ConfigMap.
+    """
     if data is None:
         raise ParametersError(f"{where} not found")
     values: dict[str, Any] = {}
@@ -219,28 +293,146 @@ def parse_parameters(data: Mapping[str, Any] | None, where: str) -> WaypointPara
         try:
             values[key] = yaml.safe_load(str(text))
         except yaml.YAMLError as exc:
-            raise ParametersError(f"{where} key {key}: not valid YAML ({exc})") from None
+            mark = getattr(exc, "problem_mark", None)
+            at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise ParametersError(f"{where} key {key}: not valid YAML{at}") from None
     try:
         return WaypointParameters.model_validate(values)
     except ValidationError as exc:
         first = exc.errors()[0]
-        loc = ".".join(str(part) for part in first["loc"])
         allowed = ", ".join(WaypointParameters.model_json_schema(by_alias=True)["properties"])
         hint = f" (allowed keys: {allowed})" if first["type"] == "extra_forbidden" else ""
-        raise ParametersError(f"{where} key {loc}: {first['msg']}{hint}") from None
+        raise ParametersError(
+            f"{where} key {_location(first['loc'])}: {_reason(first)}{hint}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One parametersRef's settings, and where they came from (for messages)."""
+
+    where: str
+    parameters: WaypointParameters
 
 
 def _layer(
     ref: Any,
     default_namespace: str | None,
+    allowed_namespace: str,
     config_maps: Mapping[tuple[str, str], Mapping[str, Any] | None],
     owner: str,
-) -> WaypointParameters | None:
-    target = config_map_ref(ref, default_namespace)
+) -> Layer | None:
+    target = config_map_ref(ref, default_namespace, allowed_namespace)
     if target is None:
         return None
     where = f"{owner} parametersRef ConfigMap {target[0]}/{target[1]}"
-    return parse_parameters(config_maps.get(target), where)
+    return Layer(where, parse_parameters(config_maps.get(target), where))
+
+
+# -- the AmbientMesh's waypoint policy ---------------------------------------------
+
+_POLICY = "spec.waypoints.policy"
+
+
+def image_prefixes(spec: AmbientMeshSpec) -> list[str]:
+    """Where images set by parameters may come from."""
+    policy = spec.waypoints.policy
+    return list(policy.image_prefixes) if policy.image_prefixes is not None else [spec.images.hub]
+
+
+def image_allowed(image: str, prefixes: Sequence[str]) -> bool:
+    """Whether `image` is under one of `prefixes`, matched up to a '/', ':' or '@'.
+
+    `docker.io/istio` must not admit `docker.io/istio-evil/proxyv2`.
+    References are compared as written: `istio/proxyv2` is not under
+    `docker.io/istio`.
+    """
+    for prefix in prefixes:
+        if image == prefix or (prefix.endswith(("/", ":", "@")) and image.startswith(prefix)):
+            return True
+        if image.startswith(prefix) and image[len(prefix)] in "/:@":
+            return True
+    return False
+
+
+def annotation_allowed(key: str, allowed: Sequence[str]) -> bool:
+    """Whether an annotation key is an exact entry of `allowed`, or under a `prefix/*` one."""
+    return any(
+        key == entry or (entry.endswith("/*") and key.startswith(entry[:-1])) for entry in allowed
+    )
+
+
+def _layer_problem(spec: AmbientMeshSpec, layer: Layer) -> str | None:
+    """Why the policy refuses what one parametersRef asks for, naming the policy field.
+
+    Values are named only where they are the policy's own (a denied key).
+    """
+    policy = spec.waypoints.policy
+    params, where = layer.parameters, layer.where
+    if params.image is not None and params.image != spec.waypoints.image:
+        prefixes = image_prefixes(spec)
+        if not image_allowed(params.image, prefixes):
+            return (
+                f"{where} key image: not under an image prefix {_POLICY}.imagePrefixes allows "
+                f"({', '.join(prefixes)})"
+            )
+    for index, toleration in enumerate(params.tolerations or []):
+        if not toleration.key and not policy.allow_keyless_tolerations:
+            return (
+                f"{where} key tolerations[{index}]: a toleration without a key tolerates every "
+                f"taint, and {_POLICY}.allowKeylessTolerations is false"
+            )
+        if toleration.key in policy.denied_node_keys:
+            return (
+                f"{where} key tolerations[{index}]: tolerates {toleration.key}, which "
+                f"{_POLICY}.deniedNodeKeys denies"
+            )
+    for key in sorted(params.node_selector or {}):
+        if key in policy.denied_node_keys:
+            return f"{where} key nodeSelector: selects {key}, which {_POLICY}.deniedNodeKeys denies"
+    return None
+
+
+def _labels_allow(labels: Mapping[str, str], policy: WaypointPolicy) -> bool:
+    return all(labels.get(k) == v for k, v in policy.service_account_labels.items())
+
+
+def policy_problem(
+    spec: AmbientMeshSpec,
+    gateway: Mapping[str, Any],
+    layers: Sequence[Layer | None],
+    names: Names,
+    foreign_service_account: Mapping[str, Any] | None,
+) -> str | None:
+    """Why spec.waypoints.policy refuses this Gateway, or None.
+
+    `foreign_service_account` is the live account the service-account
+    annotation names when it exists and is not this Gateway's own.
+    """
+    policy = spec.waypoints.policy
+    annotations = _str_map(_meta(gateway).get("annotations"))
+    if c.ANNOTATION_GATEWAY_SERVICE_ACCOUNT in annotations and foreign_service_account is not None:
+        labels = _str_map(_meta(foreign_service_account).get("labels"))
+        if not _labels_allow(labels, policy):
+            wanted = ", ".join(f"{k}={v}" for k, v in sorted(policy.service_account_labels.items()))
+            return (
+                f"annotation {c.ANNOTATION_GATEWAY_SERVICE_ACCOUNT} names ServiceAccount "
+                f"{names.service_account}, which exists and is not this Gateway's own; waypoint "
+                f"pods run only as accounts labelled {wanted} "
+                f"({_POLICY}.serviceAccountLabels)"
+            )
+    infra = _str_map((_spec(gateway).get("infrastructure") or {}).get("annotations"))
+    for key in sorted(infra):
+        if key in _NOT_COPIED_ANNOTATIONS or annotation_allowed(key, policy.pod_annotations):
+            continue
+        return (
+            f"spec.infrastructure.annotations {shown(key)} would be copied to the waypoint's "
+            f"pods, and {_POLICY}.podAnnotations allows only {', '.join(policy.pod_annotations)}"
+        )
+    for layer in layers:
+        if layer is not None and (problem := _layer_problem(spec, layer)):
+            return problem
+    return None
 
 
 # -- settings and Linux pinning -------------------------------------------------
@@ -257,15 +449,17 @@ def pin_linux(
     """
     dropped: list[str] = []
     selector: dict[str, str] = {}
+    # `dropped` names keys only: the values may come from a ConfigMap, and
+    # they end up in an Event.
     for key, value in sorted(node_selector.items()):
         if key in _OS_KEYS:
             if value != "linux":
-                dropped.append(f"nodeSelector {key}={value}")
+                dropped.append(f"nodeSelector {key} (not linux)")
             elif key != c.LABEL_OS:
                 selector[key] = value  # the deprecated label, but it agrees
             continue
         if key.startswith(_WINDOWS_ONLY_PREFIX):
-            dropped.append(f"nodeSelector {key}={value}")
+            dropped.append(f"nodeSelector {key}")
             continue
         selector[key] = value
     selector[c.LABEL_OS] = "linux"
@@ -340,8 +534,21 @@ def name_problem(gateway: Mapping[str, Any], names: Names) -> str | None:
             f"starting with a letter, at most 63 characters); set annotation "
             f"{c.ANNOTATION_GATEWAY_NAME_OVERRIDE}"
         )
-    if len(names.service_account) > 253 or not _DNS1123_SUBDOMAIN.match(names.service_account):
-        return f"{names.service_account!r} cannot name a ServiceAccount"
+    return None
+
+
+def service_account_problem(names: Names) -> str | None:
+    """Why the ServiceAccount the Gateway names by annotation cannot be used, if it cannot.
+
+    Without the annotation the account is named like the Service, which
+    `name_problem` has checked.
+    """
+    problem = why_not_a_name(names.service_account)
+    if problem:
+        return (
+            f"annotation {c.ANNOTATION_GATEWAY_SERVICE_ACCOUNT}: {shown(names.service_account)} "
+            f"cannot name a ServiceAccount; it {problem}"
+        )
     return None
 
 
@@ -420,6 +627,7 @@ def _objects(
     listeners: Sequence[ListenerCheck],
     settings: Settings,
     waypoint: str | None,
+    *,
     own_service_account: bool,
 ) -> tuple[dict[str, Any], ...]:
     meta = _meta(gateway)
@@ -525,14 +733,15 @@ def render_waypoint(
     gateway_class: Mapping[str, Any] | None,
     config_maps: Mapping[tuple[str, str], Mapping[str, Any] | None],
     *,
-    own_service_account: bool = True,
+    foreign_service_account: Mapping[str, Any] | None = None,
 ) -> WaypointRender:
     """Judge one Gateway of our class and lay out its objects.
 
     `config_maps` maps (namespace, name) to the data of every ConfigMap a
-    parametersRef names (None when it does not exist). With
-    `own_service_account=False` the ServiceAccount the Gateway names belongs
-    to someone else and is used, not rendered.
+    parametersRef names (None when it does not exist). A
+    `foreign_service_account` is the live ServiceAccount the Gateway names by
+    annotation when it exists and is not the Gateway's own: if the policy
+    allows it, it is used, not rendered.
     """
     names = names_of(gateway)
     listeners = check_listeners(gateway)
@@ -543,8 +752,11 @@ def render_waypoint(
     accepted: Verdict
     valid = [listener for listener in listeners if listener.valid]
     problem = name_problem(gateway, names)
+    account_problem = service_account_problem(names)
     if problem:
         accepted = Verdict("Accepted", "False", "Invalid", problem)
+    elif account_problem:
+        accepted = Verdict("Accepted", "False", "InvalidParameters", account_problem)
     elif _spec(gateway).get("addresses"):
         accepted = Verdict(
             "Accepted",
@@ -555,19 +767,30 @@ def render_waypoint(
         )
     else:
         infra = _spec(gateway).get("infrastructure") or {}
+        gateway_namespace = str(_meta(gateway).get("namespace") or "")
         try:
             layers = [
                 _layer(
-                    _spec(gateway_class).get("parametersRef"), None, config_maps, "GatewayClass"
+                    _spec(gateway_class).get("parametersRef"),
+                    None,
+                    spec.namespace,
+                    config_maps,
+                    "GatewayClass",
                 ),
                 _layer(
                     infra.get("parametersRef"),
-                    _meta(gateway).get("namespace"),
+                    gateway_namespace,
+                    gateway_namespace,
                     config_maps,
                     "Gateway",
                 ),
             ]
-            settings = effective_settings(spec, layers)
+            refused = policy_problem(spec, gateway, layers, names, foreign_service_account)
+            if refused:
+                raise ParametersError(refused)
+            settings = effective_settings(
+                spec, [layer.parameters if layer else None for layer in layers]
+            )
         except ParametersError as exc:
             accepted = Verdict("Accepted", "False", "InvalidParameters", str(exc))
         else:
@@ -600,7 +823,14 @@ def render_waypoint(
                 )
             )
         objects = _objects(
-            spec, gateway, class_name, names, listeners, settings, waypoint, own_service_account
+            spec,
+            gateway,
+            class_name,
+            names,
+            listeners,
+            settings,
+            waypoint,
+            own_service_account=foreign_service_account is None,
         )
     return WaypointRender(names, listeners, accepted, objects, replicas, waypoint, tuple(warnings))
 
@@ -619,10 +849,21 @@ def render_gateway_class(spec: AmbientMeshSpec) -> dict[str, Any]:
 def class_verdict(
     gateway_class: Mapping[str, Any],
     config_maps: Mapping[tuple[str, str], Mapping[str, Any] | None],
+    class_namespace: str = CLASS_PARAMETERS_NAMESPACE,
 ) -> Verdict:
-    """Accepted of a GatewayClass of our controller: only its parametersRef can fail."""
+    """Accepted of a GatewayClass of our controller: only its parametersRef can fail.
+
+    Its parameters are read from `class_namespace` (the AmbientMesh's
+    spec.namespace) only.
+    """
     try:
-        _layer(_spec(gateway_class).get("parametersRef"), None, config_maps, "GatewayClass")
+        _layer(
+            _spec(gateway_class).get("parametersRef"),
+            None,
+            class_namespace,
+            config_maps,
+            "GatewayClass",
+        )
     except ParametersError as exc:
         return Verdict("Accepted", "False", "InvalidParameters", str(exc))
     return Verdict(
@@ -649,7 +890,11 @@ def pin_class_defaults(text: str | None) -> tuple[str | None, str | None]:
     try:
         overlay = yaml.safe_load(text) if text and text.strip() else {}
     except yaml.YAMLError as exc:
-        return None, f"the deployment overlay is not valid YAML: {exc}"
+        # Not the parser's text: it quotes the offending line, and the
+        # message becomes an Event.
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        return None, f"the deployment overlay is not valid YAML{at}"
     if overlay is None:
         overlay = {}
     if not isinstance(overlay, dict):

@@ -6,7 +6,7 @@ Gateway API's vocabulary, nothing of our own:
 - Gateway Programmed: True/Programmed, or False with Invalid (not accepted, or
   the objects could not be applied), NoResources (zero replicas asked for),
   AddressNotAssigned (the Service has no cluster IP yet), Pending (pods not
-  available yet).
+  available yet), and one reason of our own, NameConflict (see NAME_CONFLICT).
 - Listener Accepted (False: UnsupportedProtocol), Programmed, ResolvedRefs
   (False: InvalidRouteKinds).
 An address once reported is kept: the ambient data plane ignores a waypoint
@@ -18,10 +18,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ambient_operator import constants as c
+from ambient_operator import writer
 from ambient_operator.status import Verdict
 from ambient_operator.waypoints.render import ListenerCheck
 
 GATEWAY_CONDITIONS = ("Accepted", "Programmed")
+# Another party's object holds a name the waypoint needs. Gateway API lets a
+# controller raise Programmed "with other reasons" when none of its own fits,
+# and none does: the Gateway is valid (so Accepted stays True and Invalid
+# would point at the wrong object), resources are not short (NoResources),
+# no address is pending (AddressNotAssigned, Pending would promise progress).
+# istiod skips such an object silently (canManage) and reports nothing.
+NAME_CONFLICT = writer.NAME_CONFLICT
 # Gateway API caps status.addresses at 16 entries.
 MAX_ADDRESSES = 16
 
@@ -115,10 +124,20 @@ def programmed_verdict(
     deployment: Mapping[str, Any] | None,
     service: Mapping[str, Any] | None,
     apply_error: str | None,
+    name_conflict: str | None = None,
 ) -> Verdict:
     """Programmed is True only while the Deployment has available pods and the Service an IP."""
     if accepted.status != "True":
         return Verdict("Programmed", "False", "Invalid", f"not accepted: {accepted.message}")
+    if name_conflict:
+        also = f"; and could not check or apply: {apply_error}" if apply_error else ""
+        return Verdict(
+            "Programmed",
+            "False",
+            NAME_CONFLICT,
+            f"{name_conflict}; nothing is written for this Gateway while a name it needs is "
+            f"taken (rename it, or set annotation {c.ANNOTATION_GATEWAY_NAME_OVERRIDE}){also}",
+        )
     if apply_error:
         return Verdict("Programmed", "False", "Invalid", f"could not apply: {apply_error}")
     if replicas == 0:

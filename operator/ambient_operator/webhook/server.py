@@ -40,9 +40,9 @@ from ambient_operator import metrics
 from ambient_operator.apply import prepare, up_to_date
 from ambient_operator.facts import NodeFacts
 from ambient_operator.kube.client import Kube, KubeError
-from ambient_operator.kube.resources import KINDS, Kind
+from ambient_operator.kube.resources import KINDS, Kind, shown
 from ambient_operator.state import ClusterState
-from ambient_operator.webhook import certs
+from ambient_operator.webhook import certs, intake
 from ambient_operator.webhook import decide as d
 from ambient_operator.webhook.config import (
     CONFIG_NAME,
@@ -81,12 +81,37 @@ def _decode(data: Mapping[str, str] | None) -> dict[str, bytes]:
     return {k: base64.b64decode(v) for k, v in (data or {}).items()}
 
 
+def _status(refused: intake.Refused) -> web.Response:
+    return web.Response(
+        status=refused.status,
+        body=json.dumps(refused.status_body(), separators=(",", ":")).encode(),
+        content_type="application/json",
+    )
+
+
+def _unchanged(uid: str, reason: str, problem: str) -> dict[str, Any]:
+    """A review response that lets the pod through unchanged, and tells its creator why."""
+    # Warnings reach whoever created the pod (kubectl prints them); the API
+    # server may truncate one longer than 256 characters.
+    warning = f"ambient-operator redirection-wait webhook: {reason}: {problem}"
+    return {
+        "apiVersion": intake.REVIEW_API_VERSION,
+        "kind": "AdmissionReview",
+        "response": {
+            "uid": uid,
+            "allowed": True,
+            "warnings": [f"{warning[:200]}; the pod is admitted unchanged"],
+        },
+    }
+
+
 class AdmissionServer:
     """HTTPS on a thread of its own: POST /<handler id> answers AdmissionReviews.
 
     A certificate change swaps the SSL context new handshakes use (through
     the callback every handshake runs, SNI or not), so rotation never closes
-    the listener.
+    the listener. A body that is not a review is answered here (see
+    intake.py); `review` may refuse one too, by raising intake.Refused.
     """
 
     def __init__(
@@ -95,11 +120,14 @@ class AdmissionServer:
         address: str,
         port: int,
         path: str = f"/{HANDLER_ID}",
+        *,
+        limiter: intake.LogLimiter | None = None,
     ) -> None:
         self.review = review
         self.address = address
         self.port = port
         self.path = path
+        self.limiter = limiter or intake.LogLimiter()
         self._current: ssl.SSLContext | None = None
         self._files: tuple[Path, Path] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -118,17 +146,57 @@ class AdmissionServer:
         if self._current is not None:
             sslobj.context = self._current
 
+    async def _read(self, request: web.Request) -> dict[str, Any]:
+        if request.content_type != "application/json":
+            raise intake.Refused(
+                415,
+                intake.UNSUPPORTED_MEDIA_TYPE,
+                f"the body must be application/json, not {shown(request.content_type)}",
+            )
+        too_large = intake.Refused(
+            413, intake.BODY_TOO_LARGE, f"the body exceeds {intake.MAX_BODY_BYTES} bytes"
+        )
+        if (request.content_length or 0) > intake.MAX_BODY_BYTES:
+            raise too_large
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise too_large from None
+        return intake.read_json(body)
+
+    def _refuse(self, request: web.Request, refused: intake.Refused) -> web.Response:
+        metrics.WEBHOOK_BAD_REVIEWS.labels(reason=refused.reason).inc()
+        self.limiter.warning(
+            log,
+            refused.reason,
+            f"redirection-wait webhook: answered {refused.status} to {request.remote}: {refused}",
+        )
+        return _status(refused)
+
     async def _handle(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
+        review: dict[str, Any] | None = None
         try:
-            try:
-                review = json.loads(await request.read())
-            except ValueError as exc:
-                raise web.HTTPBadRequest(reason=f"not an AdmissionReview: {exc}") from None
-            if not isinstance(review, dict):
-                raise web.HTTPBadRequest(reason="not an AdmissionReview")
+            review = await self._read(request)
             body = json.dumps(self.review(review), separators=(",", ":"))
             return web.Response(body=body.encode(), content_type="application/json")
+        except intake.Refused as refused:
+            return self._refuse(request, refused)
+        except Exception:
+            # A bug of ours, not the sender's: its traceback is worth a line,
+            # but not one per request, and the pod must still go through.
+            self.limiter.warning(
+                log,
+                intake.INTERNAL_ERROR,
+                "redirection-wait webhook failed to answer",
+                exc_info=True,
+            )
+            try:
+                _, uid = intake.request_of(review or {})
+            except intake.Refused:
+                return _status(intake.Refused(500, intake.INTERNAL_ERROR, "the webhook failed"))
+            answer = _unchanged(uid, intake.INTERNAL_ERROR, "the webhook failed")
+            return web.Response(body=json.dumps(answer).encode(), content_type="application/json")
         finally:
             metrics.WEBHOOK_REQUEST_SECONDS.observe(time.perf_counter() - started)
 
@@ -146,10 +214,14 @@ class AdmissionServer:
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
         self._loop = loop
-        app = web.Application()
+        app = web.Application(client_max_size=intake.MAX_BODY_BYTES)
         app.router.add_post(self.path, self._handle)
         # access_log None: a line per pod creation is noise, not news.
-        runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        # lingering_time: the unread rest of a refused body is drained for 2 s
+        # at most, so its sender reads our answer instead of a reset; aiohttp's
+        # 10 s holds the connection (and a shutdown) that long after a sender
+        # that already left.
+        runner = web.AppRunner(app, handle_signals=False, access_log=None, lingering_time=2.0)
         base = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         if self._files is not None:
             base.load_cert_chain(str(self._files[0]), str(self._files[1]))
@@ -180,10 +252,19 @@ class AdmissionServer:
 class Webhook:
     """State and work of the redirection-wait webhook inside one operator process."""
 
-    def __init__(self, state: ClusterState, kube: Kube, options: WebhookOptions) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        kube: Kube,
+        options: WebhookOptions,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.state = state
         self.kube = kube
         self.options = options
+        # `clock` paces the log lines about bad reviews (one per reason per interval).
+        self.limiter = intake.LogLimiter(clock=clock)
         self.runtime_classes: dict[str, dict[str, Any]] = {}
         self._rc_version = 0
         self._facts: dict[str, tuple[str, NodeFacts]] = {}
@@ -243,13 +324,20 @@ class Webhook:
         """The decision for one pod being created; None when deciding failed.
 
         Never raises: a failure here must not deny a pod, so it is logged and
-        the pod goes through unchanged (and is then reported as a miss).
+        the pod goes through unchanged (and is then reported as a miss). The
+        pod's shape has been checked (intake.pod_problem), so a failure is a
+        bug of ours: its traceback is logged, once per interval.
         """
         started = time.perf_counter()
         try:
             decision = d.decide(pod, self.namespace_labels(namespace), self.context())
         except Exception:
-            log.exception("redirection-wait webhook failed; the pod is admitted unchanged")
+            self.limiter.warning(
+                log,
+                intake.DECISION_FAILED,
+                "redirection-wait webhook failed; the pod is admitted unchanged",
+                exc_info=True,
+            )
             metrics.WEBHOOK_REVIEWS.labels(action="error", reason="Exception").inc()
             return None
         finally:
@@ -257,26 +345,46 @@ class Webhook:
         metrics.WEBHOOK_REVIEWS.labels(action=decision.action, reason=decision.reason).inc()
         return decision
 
+    def _malformed(self, uid: str, reason: str, problem: str) -> dict[str, Any]:
+        metrics.WEBHOOK_BAD_REVIEWS.labels(reason=reason).inc()
+        self.limiter.warning(
+            log,
+            reason,
+            f"redirection-wait webhook: review {shown(uid)}: {reason}: {problem}; "
+            "the pod is admitted unchanged",
+        )
+        return _unchanged(uid, reason, problem)
+
     def review(self, review: Mapping[str, Any]) -> dict[str, Any]:
-        """The AdmissionReview response: always allowed, with our patch when the pod needs it."""
-        request = review.get("request") or {}
-        response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
+        """The AdmissionReview response: always allowed, with our patch when the pod needs it.
+
+        Raises intake.Refused when `review` is no review or names no uid.
+        """
+        request, uid = intake.request_of(review)
+        problem = intake.request_problem(request)
+        if problem:
+            return self._malformed(uid, intake.MALFORMED_REQUEST, problem)
+        response: dict[str, Any] = {"uid": uid, "allowed": True}
         pod = request.get("object")
-        resource = request.get("resource") or {}
         if (
-            request.get("operation") == "CREATE"
-            and resource.get("resource") == "pods"
+            request["operation"] == "CREATE"
+            and request["resource"].get("resource") == "pods"
             and not request.get("subResource")
-            and isinstance(pod, dict)
+            and pod is not None
         ):
+            problem = intake.pod_problem(pod)
+            if problem:
+                return self._malformed(uid, intake.MALFORMED_POD, problem)
             namespace = request.get("namespace") or (pod.get("metadata") or {}).get("namespace")
             decision = self.decide(pod, namespace)
-            if decision is not None and decision.action != "none":
+            if decision is None:
+                return _unchanged(uid, intake.DECISION_FAILED, "the webhook failed to decide")
+            if decision.action != "none":
                 ops = json.dumps(d.json_patch(pod, decision), separators=(",", ":"))
                 response["patchType"] = "JSONPatch"
                 response["patch"] = base64.b64encode(ops.encode()).decode("ascii")
         return {
-            "apiVersion": review.get("apiVersion") or "admission.k8s.io/v1",
+            "apiVersion": intake.REVIEW_API_VERSION,
             "kind": "AdmissionReview",
             "response": response,
         }
@@ -468,7 +576,9 @@ class Webhook:
     def start_server(self) -> None:
         """Bind the HTTPS server with the current material."""
         certfile, keyfile, _cafile = self.serving_paths()
-        server = AdmissionServer(self.review, self.options.listen_address, self.options.port)
+        server = AdmissionServer(
+            self.review, self.options.listen_address, self.options.port, limiter=self.limiter
+        )
         server.set_certificate(certfile, keyfile)
         server.start()
         self.server = server
