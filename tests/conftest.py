@@ -5,11 +5,17 @@ kube-scheduler and kwok from ``$AMBIENT_BIN_DIR`` (default ``.cache/bin``);
 ``k8s`` is an admin ApiClient for it; ``sample_nodes`` creates the sample
 mixed Linux/Windows inventory once; ``namespace`` gives each test its own
 namespace. Tests that use ``cluster`` get the ``cluster`` marker.
+
+Property tests draw their example counts from ``examples(n)``, scaled by the
+hypothesis profile ``HYPOTHESIS_PROFILE`` names: ``default`` (what
+``make test`` runs), ``quick`` (a tenth, while editing) or ``thorough`` (ten
+times as many). How to write a test that can fail: tests/README.md.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import signal
@@ -20,6 +26,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from hypothesis import HealthCheck, settings
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -35,6 +42,36 @@ from ambient_operator.devcluster import (
 )
 
 T = TypeVar("T")
+
+# Examples per property test, relative to the counts the tests name.
+PROFILE_SCALE = {"default": 1.0, "quick": 0.1, "thorough": 10.0}
+for _profile in PROFILE_SCALE:
+    settings.register_profile(
+        _profile,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        print_blob=True,
+    )
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "default")
+if PROFILE not in PROFILE_SCALE:
+    raise pytest.UsageError(f"HYPOTHESIS_PROFILE={PROFILE!r}: one of {sorted(PROFILE_SCALE)}")
+settings.load_profile(PROFILE)
+
+
+def examples(count: int) -> int:
+    """How many examples a property test runs under the active profile."""
+    return max(1, math.ceil(count * PROFILE_SCALE[PROFILE]))
+
+
+@contextlib.contextmanager
+def ignoring(*statuses: int) -> Iterator[None]:
+    """Swallow an ApiException of these HTTP statuses only (409 "exists", 404 "gone")."""
+    try:
+        yield
+    except ApiException as exc:
+        if exc.status not in statuses:
+            raise
+
 
 BIN_DIR = default_bin_dir()
 SAMPLE_NODES = (
