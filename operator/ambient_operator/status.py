@@ -107,9 +107,15 @@ def daemonset_placed(live: Mapping[str, Any] | None, expected_nodes: int) -> tup
 
 def ready_verdict(
     components: Sequence[tuple[ComponentStatus, bool, str]],
+    served_nodes: int | None = None,
 ) -> Verdict:
-    """The Ready condition from each DaemonSet's readiness."""
-    if not components:
+    """The Ready condition from each DaemonSet's readiness.
+
+    `served_nodes` is how many nodes the render placed an agent on. Linux
+    DaemonSets are rendered even when no node takes them, so rendered
+    DaemonSets alone do not mean any node gets an agent.
+    """
+    if not components or served_nodes == 0:
         return Verdict("Ready", "False", "NoAgents", "no node gets a data-plane agent")
     waiting = [f"{cs.name}: {why}" for cs, ok, why in components if not ok]
     if waiting:

@@ -359,7 +359,11 @@ class DataplaneController:
         status = build_status(
             previous,
             generation,
-            [reconciled, ready_verdict(components), degraded_verdict(problems)],
+            [
+                reconciled,
+                ready_verdict(components, sum(len(ds.nodes) for ds in result.daemonsets)),
+                degraded_verdict(problems),
+            ],
             components,
             result.inventory(),
             self._enrollment(),

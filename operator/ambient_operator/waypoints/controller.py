@@ -522,6 +522,15 @@ class WaypointController:
             spec = AmbientMeshSpec.model_validate(mesh.get("spec") or {})
         except ValidationError:
             return  # the data-plane controller reports InvalidSpec on the AmbientMesh
+        if spec.namespace == self.state.refused_namespace or spec.namespace not in (
+            self.state.namespaces
+        ):
+            # A spec.namespace that does not exist (a typo) or that the operator
+            # may not write to changes nothing: waypoints keep the istiod
+            # address they have, and no class defaults go there. The
+            # data-plane controller reports why on the AmbientMesh; what is
+            # marked dirty stays so, for the pass after the namespace appears.
+            return
         seen = (mesh["metadata"].get("uid"), spec)
         if seen != self._spec_seen:
             self._spec_seen = seen
