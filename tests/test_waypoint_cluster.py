@@ -455,7 +455,16 @@ def test_no_op_pass_writes_nothing(
             "parametersRef": {"group": "", "kind": "ConfigMap", "name": "wp-params"},
         },
     )
-    wait_for(lambda: condition_is(api, ns, "waypoint", "Programmed", "True"), TIMEOUT, "up")
+    # Settled: Programmed names how many pods are available, so the status is
+    # last written when both replicas are (a write for the second pod after
+    # the mark would be a real change, not the touch's).
+    wait_for(
+        lambda: (
+            conditions(get_gateway(api, ns, "waypoint")).get("Programmed", {}).get("message", "")
+        ).startswith("2/2 "),
+        TIMEOUT,
+        "both waypoint pods available",
+    )
     audit = AuditLog(wp_cluster.audit_log)
     mark = audit.mark()
     # A change the waypoint does not depend on: the Gateway is re-judged, nothing is written.

@@ -88,6 +88,22 @@ def kube(k8s: client.ApiClient, cluster: Any) -> Iterator[Kube]:
     yield Kube(api, field_manager=c.FIELD_MANAGER)
 
 
+def _real_owner(k8s: client.ApiClient, namespace: str, name: str) -> Owner:
+    """An owner that exists, so the garbage collector leaves its dependents alone.
+
+    With a made-up owner UID, kube-controller-manager deletes the objects under
+    test whenever it gets to them, and a test's outcome would depend on when.
+    """
+    core = client.CoreV1Api(k8s)
+    made = core.create_namespaced_config_map(namespace, {"metadata": {"name": name}})
+    return Owner("v1", "ConfigMap", name, made.metadata.uid)
+
+
+@pytest.fixture
+def owner(k8s: client.ApiClient, namespace: str) -> Owner:
+    return _real_owner(k8s, namespace, "owner")
+
+
 def _config_map(namespace: str, name: str, data: dict[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -97,8 +113,9 @@ def _config_map(namespace: str, name: str, data: dict[str, str]) -> dict[str, An
     }
 
 
-def test_create_claims_fields_for_apply_so_dropped_fields_go(kube: Kube, namespace: str) -> None:
-    owner = OTHER
+def test_create_claims_fields_for_apply_so_dropped_fields_go(
+    kube: Kube, namespace: str, owner: Owner
+) -> None:
     first = prepare(_config_map(namespace, "cm", {"a": "1", "b": "2"}), owner, "test")
     live = write(kube, first, None, owner)
     managers = [(m["manager"], m["operation"]) for m in live["metadata"]["managedFields"]]
@@ -109,16 +126,16 @@ def test_create_claims_fields_for_apply_so_dropped_fields_go(kube: Kube, namespa
 
 
 def test_someone_elses_object_is_never_written_or_pruned(
-    kube: Kube, k8s: client.ApiClient, namespace: str
+    kube: Kube, k8s: client.ApiClient, namespace: str, owner: Owner
 ) -> None:
     core = client.CoreV1Api(k8s)
     core.create_namespaced_config_map(
         namespace, {"metadata": {"name": "theirs"}, "data": {"db": "secret-ish"}}
     )
-    ours = prepare(_config_map(namespace, "theirs", {"db": "ours"}), OTHER, "test")
+    ours = prepare(_config_map(namespace, "theirs", {"db": "ours"}), owner, "test")
     # Our cache has not seen it: the create finds it and refuses to take it over.
     with pytest.raises(NameConflictError) as refused:
-        write(kube, ours, None, OTHER)
+        write(kube, ours, None, owner)
     assert "ConfigMap" in refused.value.message and "theirs" in refused.value.message
     live = core.read_namespaced_config_map("theirs", namespace)
     assert live.data == {"db": "secret-ish"}
@@ -129,28 +146,29 @@ def test_someone_elses_object_is_never_written_or_pruned(
     )
     labelled = kube.get(KINDS[("v1", "ConfigMap")], "theirs", namespace)
     with pytest.raises(NameConflictError):
-        write(kube, ours, labelled, OTHER)
-    assert labelled is not None and not prune(kube, labelled, OTHER, None)
+        write(kube, ours, labelled, owner)
+    assert labelled is not None and not prune(kube, labelled, owner, None)
     assert core.read_namespaced_config_map("theirs", namespace).data == {"db": "secret-ish"}
 
 
 def test_stale_resource_version_is_refreshed_and_ownership_rechecked(
-    kube: Kube, k8s: client.ApiClient, namespace: str
+    kube: Kube, k8s: client.ApiClient, namespace: str, owner: Owner
 ) -> None:
     created = write(
-        kube, prepare(_config_map(namespace, "cm", {"a": "1"}), OTHER, "t"), None, OTHER
+        kube, prepare(_config_map(namespace, "cm", {"a": "1"}), owner, "t"), None, owner
     )
     core = client.CoreV1Api(k8s)
+    them = _real_owner(k8s, namespace, "them")
     # Somebody else takes the controller reference away after our cache saw it.
     # A merge patch replaces the list: theirs is then the only controller.
     core.patch_namespaced_config_map(
         "cm",
         namespace,
-        {"metadata": {"ownerReferences": [{**_ref("uid-someone"), "name": "them"}]}},
+        {"metadata": {"ownerReferences": [them.reference()]}},
         _content_type="application/merge-patch+json",
     )
     with pytest.raises(NameConflictError):
-        write(kube, prepare(_config_map(namespace, "cm", {"a": "2"}), OTHER, "t"), created, OTHER)
+        write(kube, prepare(_config_map(namespace, "cm", {"a": "2"}), owner, "t"), created, owner)
     assert core.read_namespaced_config_map("cm", namespace).data == {"a": "1"}
 
 
@@ -159,3 +177,20 @@ def test_refused_create_is_a_kube_error_not_a_conflict(kube: Kube) -> None:
     with pytest.raises(KubeError) as failed:
         write(kube, bad, None, OTHER)
     assert failed.value.status == 404
+
+
+def test_stale_resource_version_of_our_own_object_is_refreshed(
+    kube: Kube, k8s: client.ApiClient, namespace: str, owner: Owner
+) -> None:
+    created = write(
+        kube, prepare(_config_map(namespace, "cm", {"a": "1"}), owner, "t"), None, owner
+    )
+    core = client.CoreV1Api(k8s)
+    # Somebody else's write that leaves it ours: only the resourceVersion is stale.
+    core.patch_namespaced_config_map("cm", namespace, {"metadata": {"labels": {"team": "x"}}})
+    live = write(
+        kube, prepare(_config_map(namespace, "cm", {"a": "2"}), owner, "t"), created, owner
+    )
+    assert live["data"] == {"a": "2"}
+    assert int(live["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])
+    assert core.read_namespaced_config_map("cm", namespace).metadata.labels["team"] == "x"

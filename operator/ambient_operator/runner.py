@@ -30,7 +30,7 @@ from ambient_operator.controllers.namespaces import NamespaceChecker
 from ambient_operator.events import EventRecorder
 from ambient_operator.kube.client import Kube, KubeError, load_api_client
 from ambient_operator.kube.informer import Informer
-from ambient_operator.kube.resources import KINDS, resource_version
+from ambient_operator.kube.resources import KINDS
 from ambient_operator.leader import LeaderElector
 from ambient_operator.metrics import serve as serve_metrics
 from ambient_operator.pacing import Pacer
@@ -264,13 +264,9 @@ class Operator:
             )
             async def owned_event(type: str | None, body: kopf.Body, **_: Any) -> None:
                 obj = copy.deepcopy(dict(body))
-                if type != "DELETED":
-                    cached = state.owned.get(key_of(obj))
-                    # An apply response may be newer than a late watch event.
-                    if cached is not None and resource_version(cached) > resource_version(obj):
-                        return
                 before = state.owned.get(key_of(obj))
-                state.remember_owned(obj, deleted=type == "DELETED")
+                if not state.remember_owned(obj, deleted=type == "DELETED"):
+                    return  # a late event: a write's response told us more
                 # A rollout moving along is status; an edit or a deletion is drift.
                 state.poke(
                     urgent=type == "DELETED"

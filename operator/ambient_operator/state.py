@@ -14,6 +14,7 @@ from typing import Any
 
 from ambient_operator import constants as c
 from ambient_operator.apply import LABEL_CONTROLLER, ObjectKey, key_of
+from ambient_operator.kube.resources import resource_version
 
 SIDECAR_STATUS_ANNOTATION = "sidecar.istio.io/status"
 SIDECAR_INJECT_LABEL = "sidecar.istio.io/inject"
@@ -105,10 +106,22 @@ class ClusterState:
             if (obj.get("metadata", {}).get("labels") or {}).get(LABEL_CONTROLLER) == controller
         }
 
-    def remember_owned(self, obj: dict[str, Any], deleted: bool = False) -> None:
-        """Record a live object of ours (from a watch or an apply response)."""
+    def remember_owned(self, obj: dict[str, Any], deleted: bool = False) -> bool:
+        """Record a live object of ours (from a watch or a write response).
+
+        Never older over newer: a write's response can reach us after the
+        watch event of a later change (a DaemonSet controller's status
+        update, say), and a late watch event after a write's response. The
+        older one would stay until the object changes again: a rollout
+        that looks unobserved, or a stale resourceVersion for the next
+        write. False when `obj` was older than what we hold.
+        """
         key = key_of(obj)
         if deleted:
             self.owned.pop(key, None)
-        else:
-            self.owned[key] = obj
+            return True
+        held = self.owned.get(key)
+        if held is not None and resource_version(held) > resource_version(obj):
+            return False
+        self.owned[key] = obj
+        return True
