@@ -10,10 +10,12 @@ CLUSTER_STATE ?= .cache/cluster
 
 all: test
 
-$(VENV)/.installed: pyproject.toml
+# The dev cluster (hack/devcluster) is its own package: in the dev virtualenv,
+# never in the operator's wheel or image.
+$(VENV)/.installed: pyproject.toml hack/devcluster/pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q -e '.[dev]' -e hack/devcluster
 	touch $@
 
 venv: $(VENV)/.installed
@@ -35,10 +37,12 @@ crd: venv
 	$(VENV)/bin/ambient-operator crd --output crds/
 	$(VENV)/bin/ambient-operator crd --output charts/ambient-operator/crds/
 
-# Regenerate the AmbientMesh reference, the architecture picture and the table of
-# differences from Istio's charts (tests check the first and the last).
+# Regenerate the AmbientMesh reference, the reason tables of the troubleshooting
+# page, the architecture picture and the table of differences from Istio's charts
+# (tests check all but the picture).
 docs: venv
 	$(PY) hack/gen_reference.py
+	$(PY) hack/gen_troubleshooting.py
 	$(PY) hack/gen_architecture.py
 	$(PY) hack/gen_upstream_differences.py
 
@@ -46,10 +50,10 @@ test: venv bins lint typecheck
 	$(VENV)/bin/pytest -q
 
 cluster-up: venv bins
-	$(PY) -m ambient_operator.devcluster up --state-dir $(CLUSTER_STATE) --nodes $(NODES)
+	$(PY) -m ambient_devcluster up --state-dir $(CLUSTER_STATE) --nodes $(NODES)
 
 cluster-down: venv
-	$(PY) -m ambient_operator.devcluster down --state-dir $(CLUSTER_STATE)
+	$(PY) -m ambient_devcluster down --state-dir $(CLUSTER_STATE)
 
 demo: venv bins
 	$(PY) hack/demo.py

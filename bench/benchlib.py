@@ -31,13 +31,13 @@ from typing import Any
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from ambient_operator import constants as c
-from ambient_operator.devcluster import (
+from ambient_devcluster import (
     LocalCluster,
     apply_dirs,
     default_bin_dir,
     install_istiod_objects,
 )
+from ambient_operator.api import constants as c
 
 ROOT = Path(__file__).resolve().parents[1]
 GATEWAY_API = ROOT / ".cache" / "gateway-api" / "v1.6"
@@ -230,7 +230,7 @@ class BenchOperator:
             self.started_at = time.monotonic()
             self.proc = subprocess.Popen(
                 [
-                    sys.executable, "-m", "ambient_operator.cli", "run",
+                    sys.executable, "-m", "ambient_operator.cli.main", "run",
                     "--kubeconfig", str(self.kubeconfig),
                     "--metrics-port", str(self.metrics_port), "--health-port", "0",
                     "--log-level", "warning",

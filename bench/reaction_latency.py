@@ -43,8 +43,7 @@ from typing import Any
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from ambient_operator import constants as c
-from ambient_operator.devcluster import (
+from ambient_devcluster import (
     KWOK_NODE_ANNOTATION,
     LocalCluster,
     create_nodes,
@@ -52,6 +51,7 @@ from ambient_operator.devcluster import (
     parse_inventory,
     to_kwok_node,
 )
+from ambient_operator.api import constants as c
 from benchlib import (
     AGENTS_NS,
     BenchOperator,

@@ -15,9 +15,9 @@ import statistics
 import time
 from typing import Any
 
-from ambient_operator import constants as c
+from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
-from ambient_operator.facts import ClusterFacts, NodeFacts
+from ambient_operator.cluster.facts import ClusterFacts, NodeFacts
 from ambient_operator.render import render_dataplane
 
 # Share of each kind of node in the generated inventory (sums to 1).

@@ -135,7 +135,7 @@ def measure(
     import scale
     import waypoint_programmed
     import webhook_latency
-    from ambient_operator.devcluster import LocalCluster, default_bin_dir
+    from ambient_devcluster import LocalCluster, default_bin_dir
     from benchlib import kube_version, machine
 
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -606,8 +606,8 @@ def _quantile_table(groups: dict[str, list[float]], unit: str = "ms") -> str:
 
 def _debounces() -> dict[str, float]:
     """The quiet time each kind of reaction waits for, from the operator's own code."""
-    from ambient_operator.runner import Options
-    from ambient_operator.waypoints.controller import IDLE_DEBOUNCE_SECONDS
+    from ambient_operator.app.operator import Options
+    from ambient_operator.controllers.waypoints import IDLE_DEBOUNCE_SECONDS
 
     # Trials start on an idle operator: both loops fold only what arrives together.
     main = Options().idle_debounce_seconds
@@ -668,7 +668,7 @@ def _reaction_section(results: dict[str, Any]) -> list[str]:
             "floor, which leaves the operator's own work almost no room within 2x; the chain "
             "floor is the fairer comparison. An idle operator first waits "
             f"{debounce['namespace'] * 1000:.0f} ms for more events (`idle_debounce_seconds` "
-            "in runner.py, `IDLE_DEBOUNCE_SECONDS` in waypoints/controller.py), so that "
+            "in app/operator.py, `IDLE_DEBOUNCE_SECONDS` in controllers/waypoints.py), so that "
             "events delivered together are one pass; without that wait the operator's "
             "share of the p50 is about "
             + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in own.items())

@@ -40,10 +40,10 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 import render_scale
-from ambient_operator import constants as c
+from ambient_devcluster import LocalCluster, default_bin_dir, to_kwok_node
+from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
-from ambient_operator.devcluster import LocalCluster, default_bin_dir, to_kwok_node
-from ambient_operator.facts import ClusterFacts
+from ambient_operator.cluster.facts import ClusterFacts
 from ambient_operator.render import render_dataplane
 from benchlib import (
     AGENTS_NS,

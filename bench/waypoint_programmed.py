@@ -34,8 +34,8 @@ from typing import Any
 
 from kubernetes import client, watch
 
-from ambient_operator import constants as c
-from ambient_operator.devcluster import LocalCluster, apply_dirs, create_nodes
+from ambient_devcluster import LocalCluster, apply_dirs, create_nodes
+from ambient_operator.api import constants as c
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_NODES = ROOT / "operator" / "ambient_operator" / "samples" / "nodes-mixed.yaml"
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                 [
                     sys.executable,
                     "-m",
-                    "ambient_operator.cli",
+                    "ambient_operator.cli.main",
                     "run",
                     "--kubeconfig",
                     str(kubeconfig),

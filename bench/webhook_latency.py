@@ -32,14 +32,14 @@ from typing import Any
 
 from kubernetes import client
 
-from ambient_operator import constants as c
-from ambient_operator.devcluster import (
+from ambient_devcluster import (
     LocalCluster,
     api_client_for,
     apply_dirs,
     create_nodes,
     default_bin_dir,
 )
+from ambient_operator.api import constants as c
 from ambient_operator.webhook import certs
 from ambient_operator.webhook import decide as d
 
@@ -213,7 +213,7 @@ def _start_operator(
     with log_path.open("wb") as log:
         return subprocess.Popen(
             [
-                sys.executable, "-m", "ambient_operator.cli", "run",
+                sys.executable, "-m", "ambient_operator.cli.main", "run",
                 "--kubeconfig", str(kubeconfig),
                 "--metrics-port", str(metrics_port), "--health-port", "0",
                 "--log-level", "warning",

@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from ambient_operator.devcluster import (
+from ambient_devcluster import (
     IstioControlPlane,
     LocalCluster,
     api_client_for,
@@ -79,7 +79,7 @@ def operator_process(cluster: LocalCluster, workdir: Path) -> Iterator[subproces
         [
             sys.executable,
             "-m",
-            "ambient_operator.cli",
+            "ambient_operator.cli.main",
             "run",
             "--kubeconfig",
             str(cluster.user_kubeconfig("ambient-operator", ["system:masters"])),
@@ -334,7 +334,7 @@ def main() -> int:
                 [
                     sys.executable,
                     "-m",
-                    "ambient_operator.cli",
+                    "ambient_operator.cli.main",
                     "waypoint",
                     "apply",
                     "-n",

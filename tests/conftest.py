@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, settings
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from ambient_operator.devcluster import (
+from ambient_devcluster import (
     BINARIES,
     LocalCluster,
     api_client_for,
@@ -129,7 +129,7 @@ def _leaked(basetemp: Path) -> list[int]:
     procs += [
         p
         for p in find_processes(cmdline_contains=str(basetemp))
-        if any("ambient_operator.devcluster" in a for a in p.cmdline)
+        if any("ambient_devcluster" in a for a in p.cmdline)
     ]
     return sorted({p.pid for p in procs})
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ambient_operator.devcluster import LocalCluster
+from ambient_devcluster import LocalCluster
 
 REPO = Path(__file__).resolve().parents[1]
 OPERATOR_USER = "ambient-operator"
@@ -62,7 +62,7 @@ class RunningOperator:
             [
                 sys.executable,
                 "-m",
-                "ambient_operator.cli",
+                "ambient_operator.cli.main",
                 "run",
                 "--kubeconfig",
                 str(self.kubeconfig),

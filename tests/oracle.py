@@ -2,8 +2,8 @@
 
 Written from the facts of the field (shared DESIGN §1), the documentation in
 docs/ and Kubernetes' own documented semantics, never from the operator's
-code: nothing here imports ambient_operator (its render package, scheduling.py
-and apply.py least of all). Names and labels are spelled out as literals on
+code: nothing here imports ambient_operator (its render package, cluster/scheduling.py
+and apply/plan.py least of all). Names and labels are spelled out as literals on
 purpose. When the oracle and the operator disagree, one of them is wrong:
 find out which from the documents, not by copying the operator's answer here.
 

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
-from ambient_operator.facts import ClusterFacts
+from ambient_operator.cli.render import load_mesh, load_nodes
+from ambient_operator.cluster.facts import ClusterFacts
 from ambient_operator.render import RenderResult, render_dataplane
-from ambient_operator.render.command import load_mesh, load_nodes
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent

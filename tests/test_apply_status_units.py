@@ -4,21 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ambient_operator.api.conditions import Problem, Verdict
+from ambient_operator.api.constants import LABEL_CONTROLLER
 from ambient_operator.api.v1alpha1 import AmbientMeshStatus
-from ambient_operator.apply import (
-    HASH_ANNOTATION,
-    LABEL_CONTROLLER,
-    Owner,
-    is_subset,
-    plan,
-    prepare,
-    up_to_date,
-)
-from ambient_operator.enrollment import namespace_problems, pod_enrolled, summarize
-from ambient_operator.state import PodSummary
-from ambient_operator.status import (
-    Problem,
-    Verdict,
+from ambient_operator.apply.plan import HASH_ANNOTATION, Owner, is_subset, plan, prepare, up_to_date
+from ambient_operator.cluster.enrollment import namespace_problems, pod_enrolled, summarize
+from ambient_operator.cluster.state import PodSummary
+from ambient_operator.status.components import (
     build_status,
     daemonset_ready,
     degraded_verdict,

@@ -45,17 +45,17 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 import oracle
-from ambient_operator import constants as c
-from ambient_operator.devcluster import (
+from ambient_devcluster import (
     LocalCluster,
     api_client_for,
     create_nodes,
     delete_nodes,
     install_istiod_objects,
 )
+from ambient_operator.api import constants as c
+from ambient_operator.app.operator import OWNED_API_KINDS
 from ambient_operator.kube.client import Kube, load_api_client
 from ambient_operator.kube.resources import KINDS
-from ambient_operator.runner import OWNED_API_KINDS
 from conftest import BIN_DIR, ignoring, unique_name, wait_for
 from operator_harness import OPERATOR_USER, AuditLog, RunningOperator
 from write_gate import WriteGate

@@ -17,9 +17,9 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from ambient_operator import constants as c
+from ambient_devcluster import LocalCluster
+from ambient_operator.api import constants as c
 from ambient_operator.api import crdgen
-from ambient_operator.devcluster import LocalCluster
 from chart_helpers import (
     CHART,
     TEMPLATE_KUBE_VERSION,

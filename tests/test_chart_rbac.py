@@ -31,17 +31,16 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from ambient_operator import constants as c
+from ambient_devcluster import LocalCluster, apply_objects
+from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
-from ambient_operator.cli import build_parser
-from ambient_operator.devcluster import LocalCluster, apply_objects
-from ambient_operator.facts import ClusterFacts, NodeFacts
+from ambient_operator.app.operator import Operator, Options
+from ambient_operator.cli.main import build_parser
+from ambient_operator.cluster.facts import ClusterFacts, NodeFacts
 from ambient_operator.render import render_dataplane
 from ambient_operator.render import values as rv
-from ambient_operator.runner import Operator, Options
-from ambient_operator.webhook import WebhookOptions
 from ambient_operator.webhook import decide as d
-from ambient_operator.webhook.config import CONFIG_NAME, SECRET_NAME
+from ambient_operator.webhook.config import CONFIG_NAME, SECRET_NAME, WebhookOptions
 from chart_helpers import by_kind, one, template
 from conftest import SAMPLE_NODES, ignoring, unique_name, wait_for
 from operator_harness import AuditLog, RunningOperator, free_port

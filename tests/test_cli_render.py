@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ambient_operator.cli import main
+from ambient_operator.cli.main import main
 from render_cases import INVENTORIES, SAMPLE_MESH, SAMPLE_NODES
 
 
@@ -259,7 +259,7 @@ def test_directory_and_binary_files(capsys: pytest.CaptureFixture[str], tmp_path
 
 def _console(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "ambient_operator.cli", "render", *args],
+        [sys.executable, "-m", "ambient_operator.cli.main", "render", *args],
         capture_output=True,
         text=True,
         check=False,

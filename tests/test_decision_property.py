@@ -17,11 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import oracle
+from ambient_operator.api.conditions import Problem, Verdict
 from ambient_operator.api.v1alpha1 import AmbientMeshStatus, ComponentStatus, Condition
-from ambient_operator.facts import NodeFacts
-from ambient_operator.status import (
-    Problem,
-    Verdict,
+from ambient_operator.cluster.facts import NodeFacts
+from ambient_operator.status.components import (
     daemonset_ready,
     degraded_verdict,
     merge_conditions,

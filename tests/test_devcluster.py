@@ -1,4 +1,4 @@
-"""Acceptance tests for the local control plane (``ambient_operator.devcluster``)."""
+"""Acceptance tests for the local control plane (``ambient_devcluster``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from ambient_operator.devcluster import (
+from ambient_devcluster import (
     BINARIES,
     KWOK_NODE_ANNOTATION,
     ClusterError,
@@ -332,7 +332,7 @@ _CHILD = textwrap.dedent(
     """\
     import json, signal, sys
     from pathlib import Path
-    from ambient_operator.devcluster import LocalCluster
+    from ambient_devcluster import LocalCluster
 
     # Background jobs may inherit an ignored SIGINT; this test needs Ctrl-C.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -411,7 +411,7 @@ def test_cli_up_and_down(tmp_path: Path) -> None:
         )
     )
     env = {**os.environ, "AMBIENT_BIN_DIR": str(BIN_DIR)}
-    cli = [sys.executable, "-m", "ambient_operator.devcluster"]
+    cli = [sys.executable, "-m", "ambient_devcluster"]
     try:
         up = subprocess.run(
             [

@@ -3,7 +3,9 @@
 - docs/ambientmesh-reference.md is generated from the models and must match.
 - docs/troubleshooting.md explains every reason the code emits: found by
   reading the source (conditions, node verdicts, Events, webhook decisions),
-  not from a list someone has to remember to update.
+  not from a list someone has to remember to update. Each reason the source
+  emits is a member of the vocabulary in api/conditions.py, never a literal;
+  every member is used; and the page's tables are the ones generated from it.
 - The Windows matrix, the limitations and the installation guide cover what
   they promise, and every relative link resolves.
 """
@@ -11,12 +13,18 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
+import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
+from ambient_operator.api import conditions
 from ambient_operator.api.reference import reference_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +35,9 @@ REASON = re.compile(r"^[A-Z][a-z0-9]+(?:[A-Z][A-Za-z0-9]*)*$")
 # status, reason, message), Problem(reason, message), EventRecorder.post(obj,
 # type, reason, message), DataplaneController._fail(mesh, previous,
 # generation, reason, message), verdicts._no(node, reason, message),
-# decide._skip(reason, message), Decision(action, reason, message).
+# decide._skip(reason, message), Decision(action, reason, message),
+# intake.Refused(status, reason, message), server._unchanged(uid, reason,
+# problem) and Webhook._malformed(uid, reason, problem).
 REASON_ARGUMENT = {
     "Verdict": 2,
     "Problem": 0,
@@ -36,7 +46,12 @@ REASON_ARGUMENT = {
     "_no": 1,
     "_skip": 0,
     "Decision": 1,
+    "Refused": 1,
+    "_unchanged": 1,
+    "_malformed": 1,
 }
+# The condition types; every other enum of the vocabulary holds reasons.
+CONDITION_TYPES: tuple[type[StrEnum], ...] = (conditions.MeshCondition, conditions.GatewayCondition)
 
 
 def test_reference_is_generated_from_the_models() -> None:
@@ -68,6 +83,24 @@ def _constants(trees: list[tuple[Path, ast.Module]]) -> dict[str, str]:
     return out
 
 
+def _members(trees: list[tuple[Path, ast.Module]]) -> dict[str, str]:
+    """`Class.MEMBER` -> value, for the members of every StrEnum of the package."""
+    out: dict[str, str] = {}
+    for _, tree in trees:
+        for node in tree.body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            if not any(_name(base) == "StrEnum" for base in node.bases):
+                continue
+            for stmt in node.body:
+                if not (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant)):
+                    continue
+                for target in stmt.targets:
+                    if isinstance(target, ast.Name) and isinstance(stmt.value.value, str):
+                        out[f"{node.name}.{target.id}"] = stmt.value.value
+    return out
+
+
 def _name(node: ast.expr) -> str | None:
     if isinstance(node, ast.Attribute):
         return node.attr
@@ -76,27 +109,67 @@ def _name(node: ast.expr) -> str | None:
     return None
 
 
-def emitted_reasons() -> dict[str, set[str]]:
-    """Every reason string the operator can emit, with the files it comes from."""
+def _member_name(node: ast.expr) -> str | None:
+    """`Class.MEMBER` for an attribute of a name, else None."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return f"{node.value.id}.{node.attr}"
+    return None
+
+
+@dataclass(frozen=True)
+class Emitted:
+    """One place the source emits a reason, and how it spells it."""
+
+    reason: str
+    file: str
+    line: int
+    via: str  # "member" (of a StrEnum), "literal" or "constant" (a module's)
+
+
+def emitted() -> list[Emitted]:
+    """Every place the operator emits a reason string."""
     trees = list(_sources())
     constants = _constants(trees)
+    members = _members(trees)
 
-    def value(node: ast.expr) -> str | None:
+    # Local names given a value in the module (`reason = A if ... else B`).
+    assigned: dict[str, list[ast.expr]] = {}
+
+    def values(node: ast.expr, depth: int = 0) -> Iterator[tuple[str, str]]:
+        if isinstance(node, ast.IfExp):
+            yield from values(node.body, depth)
+            yield from values(node.orelse, depth)
+            return
+        if isinstance(node, ast.Name) and node.id.islower() and depth < 3:
+            for value in assigned.get(node.id, []):
+                yield from values(value, depth + 1)
+            return
+        member = _member_name(node)
+        name = _name(node)
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            text = node.value
+            text, via = node.value, "literal"
+        elif member in members:
+            text, via = members[member], "member"
+        elif name and name.isupper() and name in constants:
+            text, via = constants[name], "constant"
         else:
-            name = _name(node)
-            text = constants.get(name or "") if name and name.isupper() else None
-        return text if text and REASON.match(text) else None
+            return
+        if REASON.match(text):
+            yield text, via
 
-    found: dict[str, set[str]] = {}
+    found: list[Emitted] = []
 
     def add(node: ast.expr, path: Path) -> None:
-        text = value(node)
-        if text:
-            found.setdefault(text, set()).add(path.name)
+        for text, via in values(node):
+            found.append(Emitted(text, str(path.relative_to(PACKAGE)), node.lineno, via))
 
     for path, tree in trees:
+        assigned.clear()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target = node.targets[0]
+                if isinstance(target, ast.Name) and target.id.islower():
+                    assigned.setdefault(target.id, []).append(node.value)
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
                 called = _name(node.func)
@@ -122,20 +195,131 @@ def emitted_reasons() -> dict[str, set[str]]:
     return found
 
 
+def emitted_reasons() -> dict[str, set[str]]:
+    """Every reason string the operator can emit, with the files it comes from."""
+    found: dict[str, set[str]] = {}
+    for item in emitted():
+        found.setdefault(item.reason, set()).add(Path(item.file).name)
+    return found
+
+
 def test_the_reason_scan_sees_every_kind_of_reason() -> None:
     found = emitted_reasons()
     for reason in (
-        "Reconciled",  # condition, literal
+        "Reconciled",  # condition
         "UnsupportedNodes",  # Problem
-        "WindowsBuildUnsupported",  # node verdict, through a constant
-        "InvalidDataplaneMode",  # (reason, message) pair
+        "WindowsBuildUnsupported",  # node verdict, returned as a (reason, message) pair
+        "InvalidDataplaneMode",  # (reason, message) pair appended to a list
         "WaypointOnWindows",  # EventRecorder.post handed to a thread
-        "RedirectionWaitMissing",  # module constant handed to a thread
+        "RedirectionWaitMissing",  # the same, from the webhook
         "PinnedToPreWS2025Build",  # webhook decision
         "ListenersNotValid",  # Gateway condition
+        "GatewayClassNotApplied",  # one branch of a conditional expression
+        "NotJSON",  # a refused webhook request
+        "MalformedPod",  # a webhook request answered with a warning
     ):
         assert reason in found, reason
-    assert len(found) >= 45
+    assert len(found) >= 60
+
+
+def _vocabulary() -> dict[str, set[str]]:
+    """Each value of the vocabulary, with the enums it is a member of."""
+    out: dict[str, set[str]] = {}
+    for enum in conditions.VOCABULARY:
+        for member in enum:
+            out.setdefault(member.value, set()).add(enum.__name__)
+    return out
+
+
+def test_the_code_emits_reasons_only_from_the_vocabulary() -> None:
+    """A reason is written once, in api/conditions.py: no literal, no constant of its own."""
+    vocabulary = _vocabulary()
+    spelled_out = sorted(
+        f"{e.file}:{e.line}: {e.reason} ({e.via})" for e in emitted() if e.via != "member"
+    )
+    assert not spelled_out, f"use a member of api/conditions.py instead: {spelled_out}"
+    unknown = sorted({e.reason for e in emitted()} - vocabulary.keys())
+    assert not unknown, unknown
+
+
+def test_every_member_of_the_vocabulary_is_used() -> None:
+    """A reason nobody writes is not worth explaining (nor a type nobody sets)."""
+    used: set[str] = set()
+    for path, tree in _sources():
+        if path == PACKAGE / "api" / "conditions.py":
+            continue
+        used |= {name for node in ast.walk(tree) if (name := _member_name(node)) is not None}
+    unused = [
+        f"{enum.__name__}.{member.name}"
+        for enum in conditions.VOCABULARY
+        for member in enum
+        if f"{enum.__name__}.{member.name}" not in used
+    ]
+    assert not unused, f"members no module of the operator uses: {unused}"
+    assert len(used) > 60  # the walk saw the package
+
+
+def test_the_vocabulary_is_every_strenum_of_the_package() -> None:
+    declared = {key.split(".")[0] for key in _members(list(_sources()))}
+    assert declared == {enum.__name__ for enum in conditions.VOCABULARY}
+
+
+def test_every_member_of_the_vocabulary_is_explained() -> None:
+    """In a table row of api/conditions.py, and on the committed page itself."""
+    page = (DOCS / "troubleshooting.md").read_text()
+    documented = set(re.findall(r"`([A-Z][A-Za-z0-9]+)`", page))
+    rows = {
+        (type(row.reason), row.reason)
+        for table in conditions.TROUBLESHOOTING_TABLES
+        for row in table.rows
+    }
+    for enum in conditions.VOCABULARY:
+        for member in enum:
+            if enum in CONDITION_TYPES:
+                assert re.search(rf"\b{member.value}=(True|False)\b", page), member
+                continue
+            assert (enum, member) in rows, f"no table row explains {enum.__name__}.{member.name}"
+            assert member.value in documented, member.value
+
+
+def _generator() -> ModuleType:
+    path = ROOT / "hack" / "gen_troubleshooting.py"
+    spec = importlib.util.spec_from_file_location("gen_troubleshooting", path)
+    assert spec is not None and spec.loader is not None, f"{path} cannot be imported"
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_troubleshooting_tables_are_generated_from_the_vocabulary() -> None:
+    page = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
+    assert _generator().rewrite(page) == page, (
+        "the tables of docs/troubleshooting.md are stale; run `make docs` "
+        "(or `.venv/bin/python hack/gen_troubleshooting.py`)"
+    )
+    blocks = re.findall(r"<!-- generated: reasons ([a-z-]+)", page)
+    assert blocks == [t.name for t in conditions.TROUBLESHOOTING_TABLES]
+
+
+def test_the_table_generator_keeps_the_hand_written_page() -> None:
+    tool = _generator()
+    table = conditions.Table(
+        "t",
+        (("Reason", "reason"), ("Meaning", "meaning")),
+        (conditions.Row(conditions.PodEvent.REDIRECTION_WAIT_MISSING, "m", note="n"),),
+    )
+    end = "<!-- end generated: reasons t -->"
+    page = f"# Title\n\nby hand\n\n{tool.begin_marker('t')}\nold\n{end}\n\nend\n"
+    assert tool.rewrite(page, [table]) == (
+        f"# Title\n\nby hand\n\n{tool.begin_marker('t')}\n\n"
+        "| Reason | Meaning |\n|---|---|\n| `RedirectionWaitMissing`, n | m |\n\n"
+        f"{end}\n\nend\n"
+    )
+    with pytest.raises(ValueError, match="without markers"):
+        tool.rewrite("# no markers\n", [table])
+    with pytest.raises(ValueError, match="unknown table"):
+        tool.rewrite(page, [])
 
 
 def test_troubleshooting_explains_every_reason() -> None:

@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from ambient_operator import constants as c
-from ambient_operator.devcluster import (
+from ambient_devcluster import (
     LocalCluster,
     apply_dirs,
     create_nodes,
     install_istiod_objects,
 )
+from ambient_operator.api import constants as c
 from conftest import BIN_DIR, REPO_ROOT, binaries_present, ignoring, unique_name, wait_for
 from operator_harness import AuditLog, RunningOperator, free_port
 

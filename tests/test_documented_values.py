@@ -13,8 +13,8 @@ from cryptography import x509
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ambient_operator.facts import NodeFacts
-from ambient_operator.waypoints import status as ws
+from ambient_operator.cluster.facts import NodeFacts
+from ambient_operator.status import waypoints as ws
 from ambient_operator.webhook import certs
 from ambient_operator.webhook import decide as d
 from ambient_operator.webhook.config import WebhookOptions, webhook_configuration

@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.kube.client import Kube, KubeError
 from ambient_operator.kube.resources import KINDS
-from ambient_operator.waypoints import render as wr
+from ambient_operator.render import waypoints as wr
 from operator_harness import free_port
 
 SERVICE_ACCOUNT = KINDS[("v1", "ServiceAccount")]

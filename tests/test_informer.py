@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from ambient_operator.devcluster import LocalCluster, api_client_for
+from ambient_devcluster import LocalCluster, api_client_for
 from ambient_operator.kube.client import Kube, load_api_client
 from ambient_operator.kube.informer import Change, Informer
 from ambient_operator.kube.resources import KINDS

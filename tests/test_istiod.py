@@ -27,8 +27,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from ambient_operator import constants as c
-from ambient_operator.devcluster import (
+from ambient_devcluster import (
     IstioControlPlane,
     LocalCluster,
     apply_dirs,
@@ -36,6 +35,7 @@ from ambient_operator.devcluster import (
     cluster_dns_service,
     create_nodes,
 )
+from ambient_operator.api import constants as c
 from conftest import BIN_DIR, SAMPLE_NODES, binaries_present, unique_name, wait_for
 from operator_harness import RunningOperator
 from upstream_diff import check_table, compare, key_lists, pod_view, pruned

@@ -22,7 +22,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 import oracle
-from ambient_operator.devcluster import LocalCluster, create_nodes, install_istiod_objects
+from ambient_devcluster import LocalCluster, create_nodes, install_istiod_objects
 from conftest import BIN_DIR, unique_name, wait_for
 from operator_harness import AuditLog, RunningOperator
 

@@ -49,13 +49,13 @@ from kubernetes.client.exceptions import ApiException
 
 import test_chart_rbac as chart_rbac
 import test_ownership_waypoints as ownership_waypoints
-from ambient_operator import constants as c
+from ambient_devcluster import LocalCluster, api_client_for
+from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
-from ambient_operator.cli import build_parser
-from ambient_operator.devcluster import LocalCluster, api_client_for
-from ambient_operator.facts import ClusterFacts, NodeFacts
+from ambient_operator.app.operator import Operator, Options
+from ambient_operator.cli.main import build_parser
+from ambient_operator.cluster.facts import ClusterFacts, NodeFacts
 from ambient_operator.render import render_dataplane
-from ambient_operator.runner import Operator, Options
 from conftest import unique_name, wait_for
 from operator_harness import AuditLog
 from test_chart_rbac import Identity, Mesh, Running, _condition, _fail_with_log, chart_identity

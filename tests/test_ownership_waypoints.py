@@ -24,8 +24,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 import test_chart_rbac as chart_rbac
-from ambient_operator import constants as c
-from ambient_operator.devcluster import LocalCluster, api_client_for
+from ambient_devcluster import LocalCluster, api_client_for
+from ambient_operator.api import constants as c
 from conftest import unique_name, wait_for
 from operator_harness import AuditLog
 from test_chart_rbac import Identity, Running, _condition, _fail_with_log

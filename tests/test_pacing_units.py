@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ambient_operator.pacing import MAX_GAP_SECONDS, URGENT_BURST, Pacer
+from ambient_operator.runtime.pacing import MAX_GAP_SECONDS, URGENT_BURST, Pacer
 
 
 def _pacer() -> Pacer:

@@ -20,9 +20,9 @@ import pytest
 from kubernetes import client, dynamic
 
 import oracle
+from ambient_devcluster import create_nodes, delete_nodes
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
-from ambient_operator.devcluster import create_nodes, delete_nodes
-from ambient_operator.facts import ClusterFacts
+from ambient_operator.cluster.facts import ClusterFacts
 from ambient_operator.render import render_dataplane
 from conftest import ignoring, unique_name, wait_for
 

@@ -9,11 +9,11 @@ import jinja2
 import pytest
 import yaml
 
-from ambient_operator import constants as c
+from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
-from ambient_operator.facts import ClusterFacts, NodeFacts, Taint, windows_build
+from ambient_operator.cli.render import load_nodes
+from ambient_operator.cluster.facts import ClusterFacts, NodeFacts, Taint, windows_build
 from ambient_operator.render import RenderResult, output, render_dataplane
-from ambient_operator.render.command import load_nodes
 from ambient_operator.render.templating import render_object
 from render_cases import INVENTORIES, REPO
 

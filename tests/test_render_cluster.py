@@ -17,10 +17,10 @@ import yaml
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
-from ambient_operator import constants as c
+from ambient_devcluster import create_nodes, delete_nodes
+from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
-from ambient_operator.devcluster import create_nodes, delete_nodes
-from ambient_operator.facts import ClusterFacts, NodeFacts
+from ambient_operator.cluster.facts import ClusterFacts, NodeFacts
 from ambient_operator.render import DaemonSetPlan, RenderResult, render_dataplane
 from conftest import unique_name, wait_for
 from render_cases import SAMPLE_MESH

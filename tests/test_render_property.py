@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import oracle
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
-from ambient_operator.facts import ClusterFacts, NodeFacts
+from ambient_operator.cluster.facts import ClusterFacts, NodeFacts
 from ambient_operator.render import output, render_dataplane
 from conftest import examples
 from render_cases import SAMPLE_MESH, SAMPLE_NODES

@@ -1,4 +1,4 @@
-"""scheduling.py against the scheduler's NodeAffinity and TaintToleration rules."""
+"""cluster/scheduling.py against the scheduler's NodeAffinity and TaintToleration rules."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from ambient_operator.facts import NodeFacts, Taint
-from ambient_operator.scheduling import (
+from ambient_operator.cluster.facts import NodeFacts, Taint
+from ambient_operator.cluster.scheduling import (
     daemon_schedulable,
     node_matches,
     schedulable,

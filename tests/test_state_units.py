@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
-from ambient_operator.state import ClusterState
+import pytest
+
+from ambient_operator.cluster.facts import NodeFacts, node_os
+from ambient_operator.cluster.state import ClusterState
 
 
 def test_poke_from_another_thread_wakes_the_loop() -> None:
@@ -41,3 +45,29 @@ def test_poke_before_the_loop_is_known() -> None:
     state = ClusterState()
     state.poke(urgent=False)
     assert state.trigger.is_set() and not state.urgent
+
+
+@pytest.mark.parametrize(
+    ("node", "expected"),
+    [
+        ({"metadata": {"labels": {"kubernetes.io/os": "windows"}}}, "windows"),
+        # The label wins over the kubelet's report: it is what DaemonSets select on.
+        (
+            {
+                "metadata": {"labels": {"kubernetes.io/os": "linux"}},
+                "status": {"nodeInfo": {"operatingSystem": "windows"}},
+            },
+            "linux",
+        ),
+        ({"metadata": {}, "status": {"nodeInfo": {"operatingSystem": "windows"}}}, "windows"),
+        ({"metadata": {"labels": {}}}, None),
+        ({"metadata": "garbage", "status": ["not", "a", "mapping"]}, None),
+        (None, None),
+    ],
+)
+def test_one_reading_of_a_nodes_os(node: Any, expected: str | None) -> None:
+    assert node_os(node) == expected
+    if isinstance(node, dict) and isinstance(node.get("metadata"), dict):
+        # render's facts read it the same way
+        whole = {"status": {}, "spec": {}, **node, "metadata": {"name": "n", **node["metadata"]}}
+        assert NodeFacts.from_node(whole).os == expected

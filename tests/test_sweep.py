@@ -1,4 +1,4 @@
-"""Forgetting objects deleted while no watch looked (sweep.py), against the real API server."""
+"""Forgetting objects deleted while no watch looked (kube/sweep.py), against the real API server."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import Any
 
 from kubernetes import client
 
-from ambient_operator.devcluster import LocalCluster
+from ambient_devcluster import LocalCluster
 from ambient_operator.kube.client import Kube, load_api_client
 from ambient_operator.kube.resources import KINDS
-from ambient_operator.sweep import Key, Target, ghosts, sweep
+from ambient_operator.kube.sweep import Key, Target, ghosts, sweep
 from conftest import unique_name
 
 CONFIG_MAP = KINDS[("v1", "ConfigMap")]

@@ -21,14 +21,14 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from ambient_operator import constants as c
+from ambient_devcluster import LocalCluster, api_client_for, apply_dirs, create_nodes
+from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
-from ambient_operator.devcluster import LocalCluster, api_client_for, apply_dirs, create_nodes
-from ambient_operator.events import EventRecorder
+from ambient_operator.cluster.state import ClusterState
+from ambient_operator.controllers.waypoints import WaypointController
 from ambient_operator.kube.client import Kube
-from ambient_operator.state import ClusterState
-from ambient_operator.waypoints import render as wr
-from ambient_operator.waypoints.controller import WaypointController
+from ambient_operator.render import waypoints as wr
+from ambient_operator.status.events import EventRecorder
 from conftest import BIN_DIR, SAMPLE_NODES, binaries_present, unique_name, wait_for
 from operator_harness import AuditLog, RunningOperator
 

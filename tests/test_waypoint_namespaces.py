@@ -8,15 +8,15 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from ambient_operator import constants as c
+from ambient_devcluster import LocalCluster
+from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
-from ambient_operator.devcluster import LocalCluster
+from ambient_operator.app.operator import namespace_entry
+from ambient_operator.cluster.state import ClusterState
+from ambient_operator.controllers.waypoints import WaypointController
 from ambient_operator.kube.client import Kube, load_api_client
 from ambient_operator.kube.resources import KINDS
-from ambient_operator.runner import namespace_entry
-from ambient_operator.state import ClusterState
-from ambient_operator.waypoints import render as wr
-from ambient_operator.waypoints.controller import WaypointController
+from ambient_operator.render import waypoints as wr
 from conftest import unique_name
 
 HOLD = "ambient-operator.test/hold"

@@ -16,15 +16,15 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ambient_operator import constants as c
+from ambient_operator.api import constants as c
+from ambient_operator.api.conditions import Verdict
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
-from ambient_operator.apply import Owner, prepare
-from ambient_operator.state import ClusterState
-from ambient_operator.status import Verdict
-from ambient_operator.waypoints import render as wr
-from ambient_operator.waypoints import status as ws
-from ambient_operator.waypoints.cli import waypoint_gateway
-from ambient_operator.waypoints.controller import WaypointController
+from ambient_operator.apply.plan import Owner, prepare
+from ambient_operator.cli.waypoint import waypoint_gateway
+from ambient_operator.cluster.state import ClusterState
+from ambient_operator.controllers.waypoints import WaypointController
+from ambient_operator.render import waypoints as wr
+from ambient_operator.status import waypoints as ws
 
 NOW = "2026-11-30T10:00:00Z"
 LATER = "2026-11-30T11:00:00Z"

@@ -17,8 +17,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from ambient_operator import constants as c
-from ambient_operator.devcluster import LocalCluster, create_nodes, delete_nodes
+from ambient_devcluster import LocalCluster, create_nodes, delete_nodes
+from ambient_operator.api import constants as c
 from ambient_operator.webhook import decide as d
 from ambient_operator.webhook.config import CONFIG_NAME, SECRET_NAME
 from conftest import unique_name, wait_for

@@ -26,9 +26,9 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
-from ambient_operator import constants as c
+from ambient_operator.api import constants as c
+from ambient_operator.cluster.state import ClusterState
 from ambient_operator.kube.client import Kube
-from ambient_operator.state import ClusterState
 from ambient_operator.webhook import certs
 from ambient_operator.webhook.config import WebhookOptions
 from ambient_operator.webhook.intake import LogLimiter

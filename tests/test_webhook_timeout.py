@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from ambient_operator import constants as c
-from ambient_operator.devcluster import LocalCluster
+from ambient_devcluster import LocalCluster
+from ambient_operator.api import constants as c
 from conftest import ignoring, unique_name, wait_for
 from operator_harness import RunningOperator, free_port
 

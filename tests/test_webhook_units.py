@@ -20,11 +20,12 @@ from cryptography.hazmat.primitives import serialization
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ambient_operator import constants as c
-from ambient_operator.cli import build_parser
-from ambient_operator.facts import NodeFacts
+from ambient_operator.api import constants as c
+from ambient_operator.api.conditions import AdmissionReason
+from ambient_operator.cli.main import build_parser
+from ambient_operator.cluster.facts import NodeFacts
+from ambient_operator.cluster.state import ClusterState
 from ambient_operator.kube.client import Kube
-from ambient_operator.state import ClusterState
 from ambient_operator.webhook import certs
 from ambient_operator.webhook import decide as d
 from ambient_operator.webhook.config import WebhookOptions, webhook_configuration
@@ -83,24 +84,29 @@ def _pinned(build: str) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("spec", "action", "reason", "build"),
     [
-        ({"nodeSelector": {c.LABEL_OS: "linux"}}, "none", d.NOT_WINDOWS, None),
-        ({}, "none", d.NOT_WINDOWS, None),
-        (WIN, "inject", d.MAY_LAND, None),
-        ({"os": {"name": "windows"}, "tolerations": TOLERATE}, "inject", d.MAY_LAND, None),
-        ({"os": {"name": "windows"}}, "none", d.NO_PRE_WS2025_NODE, None),  # taint not tolerated
-        (_pinned(c.BUILD_WS2022), "inject", d.PINNED_BUILD, c.BUILD_WS2022),
-        (_pinned(c.BUILD_WS2025), "none", d.NO_PRE_WS2025_BUILD, None),
-        (_pinned(c.BUILD_WS2019), "none", d.NO_PRE_WS2025_BUILD, None),  # no agents there
-        ({"nodeName": "win2022-1"}, "inject", d.ON_PRE_WS2025_NODE, c.BUILD_WS2022),
-        ({"nodeName": "win2025-1"}, "none", d.NO_PRE_WS2025_NODE, None),
-        ({"nodeName": "linux-amd64-1"}, "none", d.NOT_WINDOWS, None),
+        ({"nodeSelector": {c.LABEL_OS: "linux"}}, "none", "NotWindows", None),
+        ({}, "none", "NotWindows", None),
+        (WIN, "inject", "MayLandOnPreWS2025Node", None),
+        (
+            {"os": {"name": "windows"}, "tolerations": TOLERATE},
+            "inject",
+            "MayLandOnPreWS2025Node",
+            None,
+        ),
+        ({"os": {"name": "windows"}}, "none", "NoPreWS2025Node", None),  # taint not tolerated
+        (_pinned(c.BUILD_WS2022), "inject", "PinnedToPreWS2025Build", c.BUILD_WS2022),
+        (_pinned(c.BUILD_WS2025), "none", "NoPreWS2025Build", None),
+        (_pinned(c.BUILD_WS2019), "none", "NoPreWS2025Build", None),  # no agents there
+        ({"nodeName": "win2022-1"}, "inject", "ScheduledOnPreWS2025Node", c.BUILD_WS2022),
+        ({"nodeName": "win2025-1"}, "none", "NoPreWS2025Node", None),
+        ({"nodeName": "linux-amd64-1"}, "none", "NotWindows", None),
         (
             {"nodeSelector": {c.LABEL_HOSTNAME: "win2022-1"}, "tolerations": TOLERATE},
             "inject",
-            d.MAY_LAND,
+            "MayLandOnPreWS2025Node",
             None,
         ),
-        ({**_pinned(c.BUILD_WS2022), "hostNetwork": True}, "none", d.HOST_NETWORK, None),
+        ({**_pinned(c.BUILD_WS2022), "hostNetwork": True}, "none", "HostNetwork", None),
     ],
 )
 def test_decisions_on_the_sample_cluster(
@@ -113,7 +119,7 @@ def test_decisions_on_the_sample_cluster(
 def test_only_ws2025_windows_nodes_means_no_injection() -> None:
     nodes = [n for n in _nodes() if n.os == "linux"] + [_node("w25", c.BUILD_WS2025)]
     decision = d.decide(_pod(**WIN), ENROLLED, _ctx(nodes))
-    assert (decision.action, decision.reason) == ("none", d.NO_PRE_WS2025_NODE)
+    assert (decision.action, decision.reason) == ("none", "NoPreWS2025Node")
     # Pinned to WS2022 it still gets the workaround: a WS2022 node may join later.
     pinned = d.decide(_pod(**_pinned(c.BUILD_WS2022)), ENROLLED, _ctx(nodes))
     assert pinned.inject
@@ -159,12 +165,12 @@ def test_runtime_class_makes_a_windows_pod() -> None:
 @pytest.mark.parametrize(
     ("labels", "annotations", "ns_labels", "reason"),
     [
-        ({}, {d.ANNOTATION: "False"}, ENROLLED, d.OPTED_OUT),
-        ({c.LABEL_DATAPLANE_MODE: "none"}, {}, ENROLLED, d.MODE_NONE),
-        ({"sidecar.istio.io/inject": "true"}, {}, ENROLLED, d.SIDECAR),
-        ({}, {"sidecar.istio.io/status": "{}"}, ENROLLED, d.SIDECAR),
-        ({}, {}, {**ENROLLED, "istio-injection": "enabled"}, d.SIDECAR),
-        ({}, {}, {}, d.NOT_ENROLLED),
+        ({}, {d.ANNOTATION: "False"}, ENROLLED, "OptedOut"),
+        ({c.LABEL_DATAPLANE_MODE: "none"}, {}, ENROLLED, "DataplaneModeNone"),
+        ({"sidecar.istio.io/inject": "true"}, {}, ENROLLED, "Sidecar"),
+        ({}, {"sidecar.istio.io/status": "{}"}, ENROLLED, "Sidecar"),
+        ({}, {}, {**ENROLLED, "istio-injection": "enabled"}, "Sidecar"),
+        ({}, {}, {}, "NotEnrolled"),
     ],
 )
 def test_pods_left_alone(
@@ -185,15 +191,15 @@ def test_pod_label_enrolls_and_unknown_namespace_trusts_the_selector() -> None:
 def test_mesh_gates_the_workaround() -> None:
     pod = _pod(**_pinned(c.BUILD_WS2022))
     nodes = _nodes()
-    assert d.decide(pod, ENROLLED, d.Context.build(None, nodes)).reason == d.NO_MESH
+    assert d.decide(pod, ENROLLED, d.Context.build(None, nodes)).reason == "NoAmbientMesh"
     off = _ctx(newPodWorkaround={"enabled": False})
-    assert d.decide(pod, ENROLLED, off).reason == d.DISABLED
+    assert d.decide(pod, ENROLLED, off).reason == "WorkaroundDisabled"
     no_windows = _ctx(platforms={"windows": {"enabled": False}})
-    assert d.decide(pod, ENROLLED, no_windows).reason == d.NO_PRE_WS2025_BUILD
+    assert d.decide(pod, ENROLLED, no_windows).reason == "NoPreWS2025Build"
     only_2025 = _ctx(platforms={"windows": {"builds": [c.BUILD_WS2025]}})
-    assert d.decide(_pod(**WIN), ENROLLED, only_2025).reason == d.NO_PRE_WS2025_NODE
+    assert d.decide(_pod(**WIN), ENROLLED, only_2025).reason == "NoPreWS2025Node"
     invalid = d.Context.build(_mesh(newPodWorkaround={"timeoutSeconds": -1}), nodes)
-    assert d.decide(pod, ENROLLED, invalid).reason == d.NO_MESH
+    assert d.decide(pod, ENROLLED, invalid).reason == "NoAmbientMesh"
 
 
 def test_images_and_timeout_come_from_the_spec() -> None:
@@ -234,7 +240,7 @@ def test_init_container_volume_environment_and_command() -> None:
         }
     ]
     assert pod["metadata"]["annotations"][d.ANNOTATION] == (
-        f"injected; build={c.BUILD_WS2022}; reason={d.PINNED_BUILD}"
+        f"injected; build={c.BUILD_WS2022}; reason=PinnedToPreWS2025Build"
     )
 
 
@@ -276,7 +282,9 @@ def test_guaranteed_pods_stay_guaranteed_and_security_is_copied() -> None:
             }
         ]
     }
-    decision = d.Decision("inject", d.PINNED_BUILD, "", c.BUILD_WS2022, "img", 120)
+    decision = d.Decision(
+        "inject", AdmissionReason.PINNED_TO_PRE_WS2025_BUILD, "", c.BUILD_WS2022, "img", 120
+    )
     ours = d.init_container(decision, spec)
     assert ours["resources"]["requests"] == ours["resources"]["limits"]
     # Restrictions copied, identity not: app-user need not exist in our image.
@@ -291,7 +299,7 @@ def test_no_duplicate_and_reinvocation_keeps_ours_first() -> None:
     pod = _pod(**_pinned(c.BUILD_WS2022))
     once = d.mutated(pod, d.decide(pod, ENROLLED, ctx))
     again = d.decide(once, ENROLLED, ctx)
-    assert (again.action, again.reason) == ("none", d.ALREADY_PRESENT)
+    assert (again.action, again.reason) == ("none", "AlreadyPresent")
     # Another webhook put its init container ahead of ours.
     once["spec"]["initContainers"].insert(0, {"name": "theirs", "image": "x"})
     reorder = d.decide(once, ENROLLED, ctx)

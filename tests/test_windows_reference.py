@@ -18,10 +18,10 @@ import pytest
 import yaml
 
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
-from ambient_operator.cli import main
-from ambient_operator.facts import ClusterFacts
+from ambient_operator.cli.main import main
+from ambient_operator.cli.render import load_nodes
+from ambient_operator.cluster.facts import ClusterFacts
 from ambient_operator.render import RenderResult, render_dataplane
-from ambient_operator.render.command import load_nodes
 from render_cases import DNS_IP, ISTIOD_IP, REPO, SAMPLE_NODES
 from upstream_diff import generator
 

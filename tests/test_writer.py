@@ -1,4 +1,4 @@
-"""Ownership before every write (ownership.py, writer.py), against the real API server.
+"""Ownership before every write (apply/ownership.py, apply/writer.py), against the real API server.
 
 The rule's cases are literal objects; the writer is exercised on a live
 cluster, where another party's object, a race on creation and a stale
@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from ambient_operator import constants as c
-from ambient_operator.apply import Owner, prepare
+from ambient_operator.api import constants as c
+from ambient_operator.apply.ownership import conflict, may_prune
+from ambient_operator.apply.plan import Owner, prepare
+from ambient_operator.apply.writer import NameConflictError, prune, write
 from ambient_operator.kube.client import Kube, KubeError, load_api_client
 from ambient_operator.kube.resources import KINDS
-from ambient_operator.ownership import conflict, may_prune
-from ambient_operator.writer import NameConflictError, prune, write
 from conftest import unique_name
 
 MESH = Owner("ambientoperator.io/v1alpha1", "AmbientMesh", "default", "uid-mesh")

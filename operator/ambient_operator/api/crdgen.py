@@ -12,7 +12,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from ambient_operator import constants as c
+from ambient_operator.api import constants as c
+from ambient_operator.api.conditions import MeshCondition
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec, AmbientMeshStatus
 
 _DROP = {"title", "default", "$defs"}
@@ -78,8 +79,8 @@ def _printer_columns() -> list[dict[str, Any]]:
         return f'.status.conditions[?(@.type=="{kind}")].status'
 
     return [
-        {"name": "Ready", "type": "string", "jsonPath": cond("Ready")},
-        {"name": "Degraded", "type": "string", "jsonPath": cond("Degraded")},
+        {"name": "Ready", "type": "string", "jsonPath": cond(MeshCondition.READY)},
+        {"name": "Degraded", "type": "string", "jsonPath": cond(MeshCondition.DEGRADED)},
         {
             "name": "Agents",
             "type": "string",

@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ambient_operator import constants as c
+from ambient_operator.api import constants as c
 from ambient_operator.api import crdgen
 from ambient_operator.api.types import (
     IMAGE_PATTERN,

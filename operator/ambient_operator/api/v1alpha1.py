@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, cast
 
 from pydantic import AfterValidator, ConfigDict, Field, JsonValue, model_validator
 
-from ambient_operator import constants as c
+from ambient_operator.api import constants as c
 from ambient_operator.api.types import (
     WINDOWS_BUILD_PATTERN,
     ApiModel,

@@ -7,7 +7,7 @@ What it may touch, and when:
 - Nothing at all while spec.namespace cannot take the agents (missing,
   being deleted, or not one the operator is allowed to write to): the
   status says why, once, and the agents keep running where they are.
-- Only objects of this mesh: every write and delete goes through writer.py,
+- Only objects of this mesh: every write and delete goes through apply/writer.py,
   which refuses anything without this mesh's controller reference
   (NameConflict) and deletes by UID.
 - Nothing is pruned in a pass where any write failed or was refused.
@@ -22,52 +22,52 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
-from ambient_operator import constants as c
-from ambient_operator import metrics
+from ambient_operator.api import metrics
+from ambient_operator.api.conditions import (
+    MeshCondition,
+    MeshReason,
+    Problem,
+    Verdict,
+)
 from ambient_operator.api.v1alpha1 import (
     AmbientMeshSpec,
     AmbientMeshStatus,
     ComponentStatus,
     Enrollment,
 )
-from ambient_operator.apply import ObjectKey, Owner, key_of, plan, prepare
-from ambient_operator.enrollment import summarize
-from ambient_operator.events import EventRecorder, now_rfc3339
-from ambient_operator.facts import ClusterFacts, NodeFacts
+from ambient_operator.apply.ownership import conflict, describe
+from ambient_operator.apply.plan import Owner, plan, prepare
+from ambient_operator.apply.writer import NameConflictError, prune, write
+from ambient_operator.cluster.enrollment import summarize
+from ambient_operator.cluster.facts import ClusterFacts, NodeFacts, node_os
+from ambient_operator.cluster.state import ClusterState
 from ambient_operator.kube.client import Kube, KubeError
-from ambient_operator.kube.resources import KINDS
-from ambient_operator.ownership import conflict, describe
+from ambient_operator.kube.resources import KINDS, ObjectKey, key_of
 from ambient_operator.render import RenderResult, render_dataplane
-from ambient_operator.state import ClusterState
-from ambient_operator.status import (
-    Problem,
-    Verdict,
+from ambient_operator.status.components import (
+    ApplyOutcome,
     build_status,
     component_status,
     daemonset_placed,
     daemonset_ready,
     degraded_verdict,
+    mesh_problems,
     ready_verdict,
     transitions,
 )
-from ambient_operator.writer import NAME_CONFLICT, NameConflictError, prune, write
+from ambient_operator.status.events import EventRecorder, now_rfc3339
+from ambient_operator.status.writer import write_status
 
 log = logging.getLogger(__name__)
 CONTROLLER = "dataplane"
 MESH = KINDS[("ambientoperator.io/v1alpha1", "AmbientMesh")]
 NAMESPACE = KINDS[("v1", "Namespace")]
-NAMESPACE_NOT_FOUND = "NamespaceNotFound"
-NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
-APPLY_FAILED = "ApplyFailed"
 # The chart value that grants the operator a namespace for the agents.
 CHART_NAMESPACES_VALUE = "agents.namespaces"
-# Node verdicts that are a choice of the user, not a gap in support.
-INTENDED_EXCLUSIONS = {"PlatformDisabled", "WindowsBuildNotEnabled", "ExcludedBySpec"}
 CLUSTER_DNS = ("kube-system", "kube-dns")
 
 
@@ -99,58 +99,6 @@ def _uses(obj: Mapping[str, Any]) -> Iterator[ObjectKey]:
 
 def _named(key: ObjectKey) -> str:
     return describe({"kind": key[1], "metadata": {"namespace": key[2], "name": key[3]}})
-
-
-@dataclass
-class ApplyOutcome:
-    """What one pass of writes and prunes came to."""
-
-    conflicts: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    # Why the old namespace's objects were kept this pass (a move under way).
-    waiting: str | None = None
-
-    def verdict(self, objects: int) -> Verdict:
-        """The Reconciled condition."""
-        if self.conflicts:
-            message = "; ".join([*self.conflicts, *self.errors])
-            return Verdict(
-                "Reconciled",
-                "False",
-                NAME_CONFLICT,
-                f"{message}. Objects that are not this AmbientMesh's are never changed or "
-                "deleted: remove or rename them, or choose another spec.namespace; "
-                "nothing was pruned",
-            )
-        if self.errors:
-            return Verdict(
-                "Reconciled",
-                "False",
-                APPLY_FAILED,
-                "; ".join(self.errors) + "; nothing was pruned",
-            )
-        message = f"{objects} objects match the spec"
-        if self.waiting:
-            message += f"; {self.waiting}"
-        return Verdict("Reconciled", "True", "Reconciled", message)
-
-
-def trust_message(trusted: Sequence[str], missing: Sequence[str]) -> str:
-    """IstiodTrustMissing: what istiod trusts, what it lacks, and the Helm value that fixes it.
-
-    Upstream's istiod chart renders CA_TRUSTED_NODE_ACCOUNTS from
-    `trustedZtunnelNamespace`/`trustedZtunnelName`, one account only, unless
-    `env.CA_TRUSTED_NODE_ACCOUNTS` is set; the Windows ztunnels' account
-    needs the latter. The value keeps what istiod trusts already.
-    """
-    wanted = ",".join(dict.fromkeys([*trusted, *missing]))
-    now = ",".join(trusted) or "nothing"
-    return (
-        f"istiod's CA_TRUSTED_NODE_ACCOUNTS ({now}) lacks {', '.join(missing)}; those "
-        "ztunnels cannot get certificates for their pods. Set the istiod chart value "
-        f"env.CA_TRUSTED_NODE_ACCOUNTS={wanted} (helm upgrade ... --reuse-values "
-        f"--set-string env.CA_TRUSTED_NODE_ACCOUNTS={wanted.replace(',', chr(92) + ',')})"
-    )
 
 
 class DataplaneController:
@@ -216,7 +164,9 @@ class DataplaneController:
         """
         return {key[2] for key in self.ours(owner) if key[2]}
 
-    async def namespace_refusal(self, namespace: str, owner: Owner) -> tuple[str, str] | None:
+    async def namespace_refusal(
+        self, namespace: str, owner: Owner
+    ) -> tuple[MeshReason, str] | None:
         """(reason, message) when `namespace` cannot take the agents; None when it can.
 
         Refusing changes nothing: not a write, not a prune, not the cluster-
@@ -233,23 +183,23 @@ class DataplaneController:
             try:
                 entry = await asyncio.to_thread(self.kube.get, NAMESPACE, namespace)
             except KubeError as exc:
-                return APPLY_FAILED, f"cannot read Namespace {namespace}: {exc.message}"
+                return MeshReason.APPLY_FAILED, f"cannot read Namespace {namespace}: {exc.message}"
         if entry is None:
             return (
-                NAMESPACE_NOT_FOUND,
+                MeshReason.NAMESPACE_NOT_FOUND,
                 f"Namespace {namespace} (spec.namespace) does not exist; nothing was changed "
                 f"and {kept}. Create the namespace{back}",
             )
         if entry.get("terminating") or (entry.get("metadata") or {}).get("deletionTimestamp"):
             return (
-                NAMESPACE_NOT_FOUND,
+                MeshReason.NAMESPACE_NOT_FOUND,
                 f"Namespace {namespace} (spec.namespace) is being deleted; nothing was changed "
                 f"and {kept}. Choose another namespace{back}",
             )
         if self.agents_namespaces and namespace not in self.agents_namespaces:
             allowed = ", ".join(self.agents_namespaces)
             return (
-                NAMESPACE_NOT_ALLOWED,
+                MeshReason.NAMESPACE_NOT_ALLOWED,
                 f"spec.namespace {namespace} is not a namespace the operator may put the "
                 f"agents in (only {allowed}); nothing was changed and {kept}. With the Helm "
                 f"chart, add {namespace} to the value {CHART_NAMESPACES_VALUE} (which grants "
@@ -259,59 +209,9 @@ class DataplaneController:
         return None
 
     def problems(self, spec: AmbientMeshSpec, result: RenderResult) -> list[Problem]:
-        """Everything that makes the mesh Degraded."""
-        problems: list[Problem] = []
-        unsupported = [
-            v for v in result.verdicts if not v.supported and v.reason not in INTENDED_EXCLUSIONS
-        ]
-        if unsupported:
-            listed = ", ".join(f"{v.node} ({v.reason}: {v.message})" for v in unsupported[:10])
-            more = f" and {len(unsupported) - 10} more" if len(unsupported) > 10 else ""
-            problems.append(
-                Problem(
-                    "UnsupportedNodes",
-                    f"{len(unsupported)} node(s) get no ambient agent: {listed}{more}",
-                )
-            )
-        service = spec.istiod.service()
-        if spec.istiod.address is None and (spec.namespace, service) not in self.state.services:
-            problems.append(
-                Problem(
-                    "IstiodNotFound",
-                    f"Service {spec.namespace}/{service} not found; agents cannot reach istiod",
-                )
-            )
-        trust = self._trust(spec, result)
-        if trust is not None and trust[1]:
-            trusted, missing = trust
-            problems.append(Problem("IstiodTrustMissing", trust_message(trusted, missing)))
-        for warning in result.warnings:
-            problems.append(Problem("RenderWarning", warning))
-        return problems
-
-    def _trust(
-        self, spec: AmbientMeshSpec, result: RenderResult
-    ) -> tuple[list[str], list[str]] | None:
-        """(accounts istiod trusts, our ztunnel accounts it does not); None without istiod."""
-        deployment = self.state.deployments.get((spec.namespace, spec.istiod.service()))
-        if deployment is None:
-            return None  # nothing to check; IstiodNotFound covers a missing istiod
-        ztunnel_accounts = sorted(
-            f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
-            for obj in result.objects
-            if obj["kind"] == "ServiceAccount"
-            and obj["metadata"].get("labels", {}).get(c.LABEL_COMPONENT) == "ztunnel"
-        )
-        trusted: list[str] = []
-        for container in (
-            deployment.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
-        ):
-            for env in container.get("env") or []:
-                if env.get("name") == "CA_TRUSTED_NODE_ACCOUNTS":
-                    trusted += [
-                        p.strip() for p in str(env.get("value", "")).split(",") if p.strip()
-                    ]
-        return trusted, [acct for acct in ztunnel_accounts if acct not in trusted]
+        """Everything that makes the mesh Degraded (judged in status/components.py)."""
+        istiod = self.state.deployments.get((spec.namespace, spec.istiod.service()))
+        return mesh_problems(spec, result, set(self.state.services), istiod)
 
     # -- the reconcile --------------------------------------------------------
     async def reconcile(self) -> None:
@@ -334,7 +234,7 @@ class DataplaneController:
         try:
             spec = AmbientMeshSpec.model_validate(mesh.get("spec") or {})
         except ValidationError as exc:
-            await self._fail(mesh, previous, generation, "InvalidSpec", spec_error(exc))
+            await self._fail(mesh, previous, generation, MeshReason.INVALID_SPEC, spec_error(exc))
             return
         owner = Owner.of(mesh)
         refusal = await self.namespace_refusal(spec.namespace, owner)
@@ -347,7 +247,7 @@ class DataplaneController:
             result = render_dataplane(spec, self.facts(spec, moving_from), cni_rbac=self.cni_rbac)
         except Exception as exc:  # a render bug must show in status, not kill the loop
             log.exception("render failed")
-            await self._fail(mesh, previous, generation, "RenderFailed", str(exc))
+            await self._fail(mesh, previous, generation, MeshReason.RENDER_FAILED, str(exc))
             return
 
         outcome = await self._apply(owner, spec.namespace, moving_from, result)
@@ -432,6 +332,10 @@ class DataplaneController:
             log.info("pruned %s", what)
         return outcome
 
+    def report_workaround_misses(self, count: int) -> None:
+        """The webhook's count of Windows pods admitted without the workaround, for status."""
+        self.workaround_misses = count
+
     def _taking_over(self, result: RenderResult, target: str, owner: Owner) -> list[str]:
         """Why the agents in `target` cannot take over yet; empty when they can.
 
@@ -478,12 +382,9 @@ class DataplaneController:
         return out
 
     def _enrollment(self) -> Enrollment:
-        node_os = {
-            name: str((node.get("metadata", {}).get("labels") or {}).get(c.LABEL_OS, "linux"))
-            for name, node in self.state.nodes.items()
-        }
+        os_by_node = {name: node_os(node) or "linux" for name, node in self.state.nodes.items()}
         return summarize(
-            self.state.pods.values(), self.state.namespaces, node_os, self.workaround_misses
+            self.state.pods.values(), self.state.namespaces, os_by_node, self.workaround_misses
         )
 
     @staticmethod
@@ -498,7 +399,7 @@ class DataplaneController:
         mesh: dict[str, Any],
         previous: AmbientMeshStatus | None,
         generation: int,
-        reason: str,
+        reason: MeshReason,
         message: str,
     ) -> None:
         metrics.RECONCILE_ERRORS.labels(controller=CONTROLLER, reason=reason).inc()
@@ -506,12 +407,12 @@ class DataplaneController:
         others = [
             Verdict(cond.type, cond.status, cond.reason, cond.message)
             for cond in keep.conditions
-            if cond.type != "Reconciled"
+            if cond.type != MeshCondition.RECONCILED
         ]
         status = build_status(
             previous,
             generation,
-            [Verdict("Reconciled", "False", reason, message), *others],
+            [Verdict(MeshCondition.RECONCILED, "False", reason, message), *others],
             [(cs, False, "") for cs in keep.components],
             keep.nodes,
             keep.enrollment,
@@ -527,20 +428,17 @@ class DataplaneController:
         body = status.model_dump(by_alias=True, exclude_none=True, mode="json")
         if body == (mesh.get("status") or {}):
             return
-        patch = {
-            "apiVersion": mesh["apiVersion"],
-            "kind": mesh["kind"],
-            "metadata": {"name": mesh["metadata"]["name"]},
-            "status": body,
-        }
         try:
-            live = await asyncio.to_thread(self.kube.apply_status, patch)
+            # The whole status is recomputed each pass: no precondition needed.
+            wrote = await asyncio.to_thread(write_status, self.kube, mesh, body, precondition=False)
         except KubeError as exc:
             log.warning("status write failed: %s", exc)
             return
-        self.state.mesh = live
+        if not wrote.written:
+            return  # the AmbientMesh is gone; its deletion event is on its way
+        self.state.mesh = wrote.live
         for cond in transitions(previous, status):
-            bad = (cond.type == "Degraded") == (cond.status == "True")
+            bad = (cond.type == MeshCondition.DEGRADED) == (cond.status == "True")
             await asyncio.to_thread(
                 self.events.post,
                 mesh,

@@ -6,11 +6,11 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from ambient_operator import constants as c
-from ambient_operator.enrollment import namespace_problems
-from ambient_operator.events import EventRecorder
+from ambient_operator.api import constants as c
+from ambient_operator.cluster.enrollment import namespace_problems
+from ambient_operator.cluster.state import ClusterState
 from ambient_operator.kube.client import Kube
-from ambient_operator.state import ClusterState
+from ambient_operator.status.events import EventRecorder
 
 
 def is_waypoint(gateway: Mapping[str, Any]) -> bool:

@@ -15,8 +15,8 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from ambient_operator import constants as c
-from ambient_operator import metrics
+from ambient_operator.api import constants as c
+from ambient_operator.api import metrics
 from ambient_operator.kube.resources import InvalidNameError, Kind, kind_of
 
 _WRITES = {"POST", "PUT", "PATCH", "DELETE"}

@@ -145,15 +145,23 @@ def kind_of(obj: dict[str, Any]) -> Kind:
         raise ValueError(f"unknown kind {key[0]}/{key[1]}") from None
 
 
-def ref(obj: dict[str, Any]) -> tuple[str, str, str, str]:
-    """(apiVersion, kind, namespace, name): the identity of an object."""
-    meta = obj.get("metadata", {})
-    return (obj["apiVersion"], obj["kind"], meta.get("namespace", ""), meta["name"])
-
-
 def resource_version(obj: Mapping[str, Any] | None) -> int:
     """An object's resourceVersion as a number; 0 when missing or not a number."""
     try:
         return int(((obj or {}).get("metadata") or {}).get("resourceVersion") or 0)
     except (TypeError, ValueError):
         return 0
+
+
+ObjectKey = tuple[str, str, str, str]
+
+
+def key_of(obj: Mapping[str, Any]) -> ObjectKey:
+    """(apiVersion, kind, namespace, name) of an object."""
+    meta = obj.get("metadata", {})
+    return (
+        str(obj.get("apiVersion")),
+        str(obj.get("kind")),
+        meta.get("namespace") or "",
+        str(meta.get("name")),
+    )

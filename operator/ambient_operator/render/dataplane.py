@@ -8,10 +8,10 @@ from typing import Any
 
 import yaml
 
-from ambient_operator import constants as c
+from ambient_operator.api import constants as c
 from ambient_operator.api.types import is_zero
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec, Resources, Rollout
-from ambient_operator.facts import ClusterFacts, NodeFacts
+from ambient_operator.cluster.facts import ClusterFacts, NodeFacts
 from ambient_operator.render import placement as pl
 from ambient_operator.render import values as v
 from ambient_operator.render.model import (

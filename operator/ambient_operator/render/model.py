@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ambient_operator import constants as c
+from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import BuildCount, NodeInventory, UnsupportedNode
 
 Component = Literal["ztunnel", "istio-cni"]

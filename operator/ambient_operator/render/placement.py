@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ambient_operator import constants as c
-from ambient_operator import scheduling
+from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec, Toleration
-from ambient_operator.facts import NodeFacts
+from ambient_operator.cluster import scheduling
+from ambient_operator.cluster.facts import NodeFacts
 from ambient_operator.render.model import PLATFORM_LINUX
 
 LINUX_ARCHES = ("amd64", "arm64")

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ambient_operator import constants as c
+from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec, ComponentImage, Resources
 from ambient_operator.render.model import Component
 

@@ -1,7 +1,7 @@
 """Which nodes get agents, for which platform, and why the others do not.
 
-Reasons are CamelCase words the status and the CLI show verbatim; the
-checks run from what the node is (OS, architecture, build) to what the spec
+Reasons are NodeReason members (api/conditions.py), shown verbatim by the
+status and the CLI; the checks run from what the node is (OS, architecture, build) to what the spec
 asks (platform switched off, build not listed, excluded by selector or
 tolerations), so the first reason given is the most fundamental one.
 """
@@ -13,20 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ambient_operator import constants as c
-from ambient_operator import scheduling
+from ambient_operator.api import constants as c
+from ambient_operator.api.conditions import NodeReason
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
-from ambient_operator.facts import NodeFacts
+from ambient_operator.cluster import scheduling
+from ambient_operator.cluster.facts import NodeFacts
 from ambient_operator.render.model import PLATFORM_LINUX, NodeVerdict
 from ambient_operator.render.placement import LINUX_ARCHES, WINDOWS_ARCHES, effective_tolerations
-
-WINDOWS_BUILD_UNSUPPORTED = "WindowsBuildUnsupported"
-WINDOWS_BUILD_UNKNOWN = "WindowsBuildUnknown"
-ARCHITECTURE_UNSUPPORTED = "ArchitectureUnsupported"
-OPERATING_SYSTEM_UNKNOWN = "OperatingSystemUnknown"
-WINDOWS_BUILD_NOT_ENABLED = "WindowsBuildNotEnabled"
-PLATFORM_DISABLED = "PlatformDisabled"
-EXCLUDED_BY_SPEC = "ExcludedBySpec"
 
 _BUILD_NUMBER = re.compile(r"^10\.0\.([0-9]+)$")
 _OLDEST_SUPPORTED = min(int(b.rsplit(".", 1)[1]) for b in c.SUPPORTED_WINDOWS_BUILDS)
@@ -50,14 +43,14 @@ class Assignment:
     windows: Mapping[str, tuple[NodeFacts, ...]]
 
 
-def _no(node: NodeFacts, reason: str, message: str) -> NodeVerdict:
+def _no(node: NodeFacts, reason: NodeReason, message: str) -> NodeVerdict:
     return NodeVerdict(node.name, node.os, node.build, False, reason, message)
 
 
-def _build_problem(node: NodeFacts) -> tuple[str, str] | None:
+def _build_problem(node: NodeFacts) -> tuple[NodeReason, str] | None:
     build = node.build
     if build is None:
-        return WINDOWS_BUILD_UNKNOWN, (
+        return NodeReason.WINDOWS_BUILD_UNKNOWN, (
             f"the Windows build is unknown: no {c.LABEL_WINDOWS_BUILD} label and no "
             "build in status.nodeInfo.kernelVersion or osImage"
         )
@@ -65,27 +58,27 @@ def _build_problem(node: NodeFacts) -> tuple[str, str] | None:
         return None
     match = _BUILD_NUMBER.match(build)
     if build in c.WINDOWS_BUILD_NAMES or (match and int(match.group(1)) < _OLDEST_SUPPORTED):
-        return WINDOWS_BUILD_UNSUPPORTED, (
+        return NodeReason.WINDOWS_BUILD_UNSUPPORTED, (
             f"{_release(build)} lacks HostProcess containers and HNS L4 WFP proxy policies, "
             f"which ambient needs; supported: {_supported_list()}"
         )
-    return WINDOWS_BUILD_UNKNOWN, (
+    return NodeReason.WINDOWS_BUILD_UNKNOWN, (
         f"Windows build {build!r} is not one this operator knows; supported: {_supported_list()}"
     )
 
 
-def _intrinsic(node: NodeFacts) -> tuple[str, str] | None:
+def _intrinsic(node: NodeFacts) -> tuple[NodeReason, str] | None:
     """Why the node can never run the agents, whatever the spec says."""
     if node.os not in ("linux", "windows"):
         what = "no operating system" if node.os is None else f"operating system {node.os!r}"
-        return OPERATING_SYSTEM_UNKNOWN, (
+        return NodeReason.OPERATING_SYSTEM_UNKNOWN, (
             f"the node reports {what}; the ambient data plane runs on linux and windows nodes"
         )
     arches = LINUX_ARCHES if node.os == "linux" else WINDOWS_ARCHES
     if node.arch not in arches:
         arch = "an unknown architecture" if node.arch is None else node.arch
         os_name = "Linux" if node.os == "linux" else "Windows"
-        return ARCHITECTURE_UNSUPPORTED, (
+        return NodeReason.ARCHITECTURE_UNSUPPORTED, (
             f"{os_name} on {arch} is not supported; the {os_name} agents are "
             f"built for {' and '.join(arches)}"
         )
@@ -98,26 +91,29 @@ def _by_spec(
     node: NodeFacts,
     spec: AmbientMeshSpec,
     tolerations: Mapping[str, Sequence[Mapping[str, Any]]],
-) -> tuple[str, str] | None:
+) -> tuple[NodeReason, str] | None:
     """Why the spec keeps agents off a node that could run them."""
     os_name = "linux" if node.os == "linux" else "windows"
     plat = spec.platforms.linux if os_name == "linux" else spec.platforms.windows
     field = f"spec.platforms.{os_name}"
     if not plat.enabled:
-        return PLATFORM_DISABLED, f"{field}.enabled is false"
+        return NodeReason.PLATFORM_DISABLED, f"{field}.enabled is false"
     builds = spec.platforms.windows.builds
     if os_name == "windows" and builds is not None and node.build not in builds:
-        return WINDOWS_BUILD_NOT_ENABLED, (
+        return NodeReason.WINDOWS_BUILD_NOT_ENABLED, (
             f"{_release(node.build or '')} is supported but not listed in {field}.builds"
         )
     for key, value in sorted((plat.node_selector or {}).items()):
         if node.labels.get(key) != value:
-            return EXCLUDED_BY_SPEC, f"the node lacks {key}={value} from {field}.nodeSelector"
+            return (
+                NodeReason.EXCLUDED_BY_SPEC,
+                f"the node lacks {key}={value} from {field}.nodeSelector",
+            )
     blocking = scheduling.untolerated(tolerations[os_name], node.taints)
     if blocking:
         taint = blocking[0]
         shown = taint.key if taint.value is None else f"{taint.key}={taint.value}"
-        return EXCLUDED_BY_SPEC, (
+        return NodeReason.EXCLUDED_BY_SPEC, (
             f"taint {shown}:{taint.effect} is not tolerated by {field}.tolerations"
         )
     return None

@@ -6,6 +6,9 @@ mounts). The CA outlives many serving certificates, so renewing the leaf
 leaves the webhook configuration's caBundle alone; when the CA itself is
 renewed the bundle keeps the old CA until it expires, so replicas still
 serving the old leaf stay trusted during the hand-over.
+
+The general building blocks (`new_key`, `ca_certificate`, `leaf_certificate`,
+the PEM helpers) are public: the local dev cluster's PKI is made with them too.
 """
 
 from __future__ import annotations
@@ -74,11 +77,23 @@ class TLSMaterial:
         return self.cert.rstrip(b"\n") + b"\n" + self.key
 
 
-def _key() -> ec.EllipticCurvePrivateKey:
+# -- building blocks ---------------------------------------------------------------
+# Every certificate of the project is made here: the webhook's CA and serving
+# certificate below, and the local dev cluster's CAs, serving and client
+# certificates (hack/devcluster/ambient_devcluster/pki.py). ECDSA P-256 with
+# SHA-256 throughout: Go's TLS stack (API server, istiod) accepts it and it is
+# far cheaper to generate than RSA.
+
+IPAddressLike = str | ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def new_key() -> ec.EllipticCurvePrivateKey:
+    """A fresh ECDSA P-256 private key."""
     return ec.generate_private_key(ec.SECP256R1())
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    """A private key as unencrypted PKCS#8 PEM (``BEGIN PRIVATE KEY``)."""
     return key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
@@ -86,47 +101,161 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def _sans(hosts: Iterable[str]) -> list[x509.GeneralName]:
-    names: list[x509.GeneralName] = []
-    for host in hosts:
-        try:
-            names.append(x509.IPAddress(ipaddress.ip_address(host)))
-        except ValueError:
-            names.append(x509.DNSName(host))
-    return names
+def public_key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    """The public half of a private key as SubjectPublicKeyInfo PEM (``BEGIN PUBLIC KEY``)."""
+    return key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
 
 
-def new_ca(now: datetime) -> tuple[bytes, bytes]:
-    """A self-signed CA certificate and key (PEM)."""
-    key = _key()
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CA_NAME)])
-    cert = (
+def cert_pem(cert: x509.Certificate) -> bytes:
+    """A certificate as PEM (``BEGIN CERTIFICATE``)."""
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def load_key(pem: bytes) -> ec.EllipticCurvePrivateKey:
+    """An unencrypted PEM private key.
+
+    Raises ValueError when the PEM cannot be read and TypeError when it holds
+    a key that is not an EC key.
+    """
+    key = serialization.load_pem_private_key(pem, password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"not an EC private key: {type(key).__name__}")
+    return key
+
+
+# Key usages none of these certificates has: their keys only sign.
+_UNUSED_USAGES = dict.fromkeys(
+    (
+        "content_commitment",
+        "key_encipherment",
+        "data_encipherment",
+        "key_agreement",
+        "encipher_only",
+        "decipher_only",
+    ),
+    False,
+)
+
+
+def _key_usage(*, ca: bool) -> x509.KeyUsage:
+    """digitalSignature, plus keyCertSign and cRLSign for a CA."""
+    return x509.KeyUsage(digital_signature=True, key_cert_sign=ca, crl_sign=ca, **_UNUSED_USAGES)
+
+
+def ca_certificate(
+    key: ec.EllipticCurvePrivateKey,
+    common_name: str,
+    *,
+    not_before: datetime,
+    not_after: datetime,
+    path_length: int | None,
+) -> x509.Certificate:
+    """A self-signed CA certificate for `key`, subject and issuer ``CN=<common_name>``.
+
+    Extensions: BasicConstraints(ca, `path_length`; None means unlimited),
+    critical; KeyUsage digitalSignature, keyCertSign and cRLSign, critical;
+    SubjectKeyIdentifier of the key.
+    """
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    return (
         x509.CertificateBuilder()
         .subject_name(name)
         .issuer_name(name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - BACKDATE)
-        .not_valid_after(now + timedelta(days=CA_DAYS))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=path_length), critical=True)
+        .add_extension(_key_usage(ca=True), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
-    return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+
+
+def leaf_certificate(
+    ca_cert: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    public_key: ec.EllipticCurvePublicKey,
+    *,
+    common_name: str,
+    not_before: datetime,
+    not_after: datetime,
+    organizations: Sequence[str] = (),
+    dns_names: Iterable[str] = (),
+    ip_addresses: Iterable[IPAddressLike] = (),
+    server_auth: bool = False,
+    client_auth: bool = False,
+    key_usage: bool = True,
+) -> x509.Certificate:
+    """An end-entity certificate for `public_key`, signed by the CA.
+
+    The subject is one O attribute per organisation (Kubernetes reads a client
+    certificate's groups from them), then ``CN=<common_name>`` (the user name).
+    Extensions: BasicConstraints(not a CA), critical; with `key_usage`, KeyUsage
+    digitalSignature, critical; ExtendedKeyUsage serverAuth and/or clientAuth;
+    AuthorityKeyIdentifier of the CA key; SubjectAlternativeName with the DNS
+    names, then the IP addresses, when there are any. IP addresses that do not
+    parse raise ValueError, as does asking for neither usage.
+    """
+    usages = []
+    if server_auth:
+        usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
+    if client_auth:
+        usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
+    if not usages:
+        raise ValueError("a certificate needs server and/or client usage")
+    sans: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
+    attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
+    attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name(attrs))
+        .issuer_name(ca_cert.subject)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+    )
+    if key_usage:
+        builder = builder.add_extension(_key_usage(ca=False), critical=True)
+    builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False).add_extension(
+        x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+    )
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return builder.sign(ca_key, hashes.SHA256())
+
+
+def split_hosts(hosts: Iterable[str]) -> tuple[list[str], list[str]]:
+    """Hosts as (DNS names, IP addresses): a host that parses as an IP address is one."""
+    dns_names: list[str] = []
+    ip_addresses: list[str] = []
+    for host in hosts:
+        try:
+            ip_addresses.append(str(ipaddress.ip_address(host)))
+        except ValueError:
+            dns_names.append(host)
+    return dns_names, ip_addresses
+
+
+# -- the webhook's CA and serving certificate ---------------------------------------
+
+
+def new_ca(now: datetime) -> tuple[bytes, bytes]:
+    """A self-signed CA certificate and key (PEM)."""
+    key = new_key()
+    cert = ca_certificate(
+        key,
+        CA_NAME,
+        not_before=now - BACKDATE,
+        not_after=now + timedelta(days=CA_DAYS),
+        path_length=0,
+    )
+    return cert_pem(cert), key_pem(key)
 
 
 def issue(
@@ -136,28 +265,25 @@ def issue(
     if not hosts:
         raise ValueError("a serving certificate needs at least one host")
     ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
-    ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
-    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
-        raise ValueError("the CA key is not an EC key")
-    key = _key()
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - BACKDATE)
-        .not_valid_after(min(now + timedelta(days=LEAF_DAYS), ca_cert.not_valid_after_utc))
-        .add_extension(x509.SubjectAlternativeName(_sans(hosts)), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
+    try:
+        ca_key = load_key(ca_key_pem)
+    except TypeError:
+        raise ValueError("the CA key is not an EC key") from None
+    key = new_key()
+    dns_names, ip_addresses = split_hosts(hosts)
+    cert = leaf_certificate(
+        ca_cert,
+        ca_key,
+        key.public_key(),
+        common_name=hosts[0],
+        not_before=now - BACKDATE,
+        not_after=min(now + timedelta(days=LEAF_DAYS), ca_cert.not_valid_after_utc),
+        dns_names=dns_names,
+        ip_addresses=ip_addresses,
+        server_auth=True,
+        key_usage=False,
     )
-    return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+    return cert_pem(cert), key_pem(key)
 
 
 def generate(hosts: Sequence[str], now: datetime) -> TLSMaterial:
@@ -203,20 +329,11 @@ def renewal_reason(material: TLSMaterial, hosts: Sequence[str], now: datetime) -
         return "the certificate expires soon"
     if now < leaf.not_valid_before_utc:
         return "the certificate is not valid yet"
-    missing = sorted(set(_normalized(hosts)) - _cert_hosts(leaf))
+    dns_names, ip_addresses = split_hosts(hosts)
+    missing = sorted({*dns_names, *ip_addresses} - _cert_hosts(leaf))
     if missing:
         return f"the certificate does not name {', '.join(missing)}"
     return None
-
-
-def _normalized(hosts: Iterable[str]) -> list[str]:
-    out = []
-    for host in hosts:
-        try:
-            out.append(str(ipaddress.ip_address(host)))
-        except ValueError:
-            out.append(host)
-    return out
 
 
 def renewed(material: TLSMaterial | None, hosts: Sequence[str], now: datetime) -> TLSMaterial:
@@ -234,12 +351,10 @@ def renewed(material: TLSMaterial | None, hosts: Sequence[str], now: datetime) -
     except ValueError:
         return generate(hosts, now)
     fresh = generate(hosts, now)
-    old = b"".join(
-        ca.public_bytes(serialization.Encoding.PEM) for ca in cas if ca.not_valid_after_utc > now
-    )
+    old = b"".join(cert_pem(ca) for ca in cas if ca.not_valid_after_utc > now)
     return TLSMaterial(fresh.ca_bundle + old, fresh.ca_key, fresh.cert, fresh.key)
 
 
 def first_pem(bundle: bytes) -> bytes:
     """The first certificate of a PEM bundle."""
-    return x509.load_pem_x509_certificates(bundle)[0].public_bytes(serialization.Encoding.PEM)
+    return cert_pem(x509.load_pem_x509_certificates(bundle)[0])

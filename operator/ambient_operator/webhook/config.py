@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from ambient_operator import constants as c
+from ambient_operator.api import constants as c
 from ambient_operator.webhook.decide import ANNOTATION
 
 CONFIG_NAME = "ambient-operator"

@@ -20,13 +20,14 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from ambient_operator import constants as c
-from ambient_operator import scheduling
+from ambient_operator.api import constants as c
+from ambient_operator.api.conditions import AdmissionReason
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
-from ambient_operator.enrollment import namespace_enrolled, namespace_sidecar
-from ambient_operator.facts import NodeFacts
+from ambient_operator.cluster import scheduling
+from ambient_operator.cluster.enrollment import namespace_enrolled, namespace_sidecar
+from ambient_operator.cluster.facts import NodeFacts
+from ambient_operator.cluster.state import SIDECAR_INJECT_LABEL, SIDECAR_STATUS_ANNOTATION
 from ambient_operator.render.verdicts import assign
-from ambient_operator.state import SIDECAR_INJECT_LABEL, SIDECAR_STATUS_ANNOTATION
 
 # Ours: "false" opts a pod out; otherwise the webhook records what it did.
 ANNOTATION = "ambientoperator.io/redirection-wait"
@@ -70,22 +71,7 @@ GUARANTEED = {"cpu": "100m", "memory": "128Mi"}
 
 Action = Literal["inject", "reorder", "none"]
 
-# Reasons: CamelCase, shown in the pod annotation and in Events.
-PINNED_BUILD = "PinnedToPreWS2025Build"
-ON_PRE_WS2025_NODE = "ScheduledOnPreWS2025Node"
-MAY_LAND = "MayLandOnPreWS2025Node"
-ALREADY_PRESENT = "AlreadyPresent"
-NOT_FIRST = "NotFirst"
-OPTED_OUT = "OptedOut"
-HOST_NETWORK = "HostNetwork"
-MODE_NONE = "DataplaneModeNone"
-SIDECAR = "Sidecar"
-NOT_ENROLLED = "NotEnrolled"
-NO_MESH = "NoAmbientMesh"
-DISABLED = "WorkaroundDisabled"
-NOT_WINDOWS = "NotWindows"
-NO_PRE_WS2025_BUILD = "NoPreWS2025Build"
-NO_PRE_WS2025_NODE = "NoPreWS2025Node"
+# Reasons (AdmissionReason): CamelCase, shown in the pod annotation and the metric.
 
 
 @dataclass(frozen=True)
@@ -168,7 +154,8 @@ class Decision:
     """What to do with one pod, and why."""
 
     action: Action
-    reason: str
+    # Shown in the pod annotation and the metric.
+    reason: AdmissionReason
     message: str
     build: str | None = None
     image: str | None = None
@@ -184,7 +171,7 @@ class Decision:
         return f"injected; build={self.build or ANY_BUILD}; reason={self.reason}"
 
 
-def _skip(reason: str, message: str) -> Decision:
+def _skip(reason: AdmissionReason, message: str) -> Decision:
     return Decision("none", reason, message)
 
 
@@ -404,21 +391,25 @@ def decide(
     labels = meta.get("labels") or {}
     ns_labels = namespace_labels or {}
     if opted_out(pod):
-        return _skip(OPTED_OUT, f"the pod has {ANNOTATION}={OPT_OUT_VALUE}")
+        return _skip(AdmissionReason.OPTED_OUT, f"the pod has {ANNOTATION}={OPT_OUT_VALUE}")
     if spec.get("hostNetwork"):
-        return _skip(HOST_NETWORK, "host-network pods are never enrolled")
+        return _skip(AdmissionReason.HOST_NETWORK, "host-network pods are never enrolled")
     mode = labels.get(c.LABEL_DATAPLANE_MODE)
     if mode == "none":
-        return _skip(MODE_NONE, f"the pod has {c.LABEL_DATAPLANE_MODE}=none")
+        return _skip(
+            AdmissionReason.DATAPLANE_MODE_NONE, f"the pod has {c.LABEL_DATAPLANE_MODE}=none"
+        )
     if sidecar(pod, ns_labels):
-        return _skip(SIDECAR, "the pod gets an Istio sidecar, which wins over ambient")
+        return _skip(
+            AdmissionReason.SIDECAR, "the pod gets an Istio sidecar, which wins over ambient"
+        )
     if mode != "ambient" and namespace_labels is not None and not namespace_enrolled(ns_labels):
-        return _skip(NOT_ENROLLED, "neither the pod nor its namespace is ambient")
+        return _skip(AdmissionReason.NOT_ENROLLED, "neither the pod nor its namespace is ambient")
     if ctx.mesh is None:
-        return _skip(NO_MESH, ctx.mesh_problem)
+        return _skip(AdmissionReason.NO_AMBIENT_MESH, ctx.mesh_problem)
     workaround = ctx.mesh.spec.new_pod_workaround
     if not workaround.enabled:
-        return _skip(DISABLED, "spec.newPodWorkaround.enabled is false")
+        return _skip(AdmissionReason.WORKAROUND_DISABLED, "spec.newPodWorkaround.enabled is false")
 
     names = _names(spec.get("initContainers"))
     if CONTAINER_NAME in names:
@@ -426,13 +417,17 @@ def decide(
         if ours and names[0] != CONTAINER_NAME:
             # Another webhook put an init container ahead of ours on a
             # reinvocation; its traffic would leave before redirection.
-            return Decision("reorder", NOT_FIRST, "moved back to the first init container")
-        return _skip(ALREADY_PRESENT, f"the pod already has init container {CONTAINER_NAME}")
+            return Decision(
+                "reorder", AdmissionReason.NOT_FIRST, "moved back to the first init container"
+            )
+        return _skip(
+            AdmissionReason.ALREADY_PRESENT, f"the pod already has init container {CONTAINER_NAME}"
+        )
 
     eff = effective_spec(spec, ctx.runtime_classes)
     os_name = target_os(eff, ctx.nodes)
     if os_name != "windows":
-        return _skip(NOT_WINDOWS, "the pod does not target Windows nodes")
+        return _skip(AdmissionReason.NOT_WINDOWS, "the pod does not target Windows nodes")
     timeout = workaround.timeout_seconds
     served = ctx.mesh.served_builds
 
@@ -442,20 +437,23 @@ def decide(
         if node.build in served and node in ctx.mesh.capable_nodes:
             return Decision(
                 "inject",
-                ON_PRE_WS2025_NODE,
+                AdmissionReason.SCHEDULED_ON_PRE_WS2025_NODE,
                 f"bound to node {node.name} (build {node.build})",
                 build=node.build,
                 image=ctx.mesh.image(node.build),
                 timeout_seconds=timeout,
             )
-        return _skip(NO_PRE_WS2025_NODE, f"bound to node {node.name}, which needs no workaround")
+        return _skip(
+            AdmissionReason.NO_PRE_WS2025_NODE,
+            f"bound to node {node.name}, which needs no workaround",
+        )
 
     pinned = _required_values(eff, c.LABEL_WINDOWS_BUILD)
     if pinned is not None:
         hits = sorted(b for b in pinned if b in served)
         if not hits:
             return _skip(
-                NO_PRE_WS2025_BUILD,
+                AdmissionReason.NO_PRE_WS2025_BUILD,
                 f"pinned to build(s) {', '.join(sorted(pinned))}; none is a pre-WS2025 build "
                 "that has ambient agents",
             )
@@ -463,7 +461,7 @@ def decide(
         build = next(iter(pinned)) if len(pinned) == 1 else None
         return Decision(
             "inject",
-            PINNED_BUILD,
+            AdmissionReason.PINNED_TO_PRE_WS2025_BUILD,
             f"pinned to build(s) {', '.join(sorted(pinned))}",
             build=build,
             image=ctx.mesh.image(build),
@@ -473,7 +471,7 @@ def decide(
     candidates = [n for n in ctx.mesh.capable_nodes if scheduling.schedulable(eff, n)]
     if not candidates:
         return _skip(
-            NO_PRE_WS2025_NODE,
+            AdmissionReason.NO_PRE_WS2025_NODE,
             f"none of the {len(ctx.mesh.capable_nodes)} pre-WS2025 node(s) with ambient agents "
             "matches the pod's node selection and tolerations",
         )
@@ -481,7 +479,7 @@ def decide(
     more = f" and {len(candidates) - 3} more" if len(candidates) > 3 else ""
     return Decision(
         "inject",
-        MAY_LAND,
+        AdmissionReason.MAY_LAND_ON_PRE_WS2025_NODE,
         f"no build pinned; it can land on {shown}{more}",
         build=None,
         image=ctx.mesh.image(None),

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
+from ambient_operator.api.conditions import BadReviewReason
 from ambient_operator.kube.resources import shown
 
 # The API server refuses request bodies over 3 MiB (MaxRequestBodyBytes in
@@ -41,19 +42,6 @@ LOG_INTERVAL_SECONDS = 10.0
 REVIEW_API_VERSION = "admission.k8s.io/v1"
 REVIEW_KIND = "AdmissionReview"
 
-# Reasons: the metric's label values and the first word of every message.
-BODY_TOO_LARGE = "BodyTooLarge"
-UNSUPPORTED_MEDIA_TYPE = "UnsupportedMediaType"
-NOT_JSON = "NotJSON"
-TOO_DEEP = "TooDeep"
-NOT_A_REVIEW = "NotAdmissionReview"
-NO_UID = "NoUID"
-MALFORMED_REQUEST = "MalformedRequest"
-MALFORMED_POD = "MalformedPod"
-# Bugs of ours, not the sender's: logged with their traceback, not counted as bad reviews.
-DECISION_FAILED = "DecisionFailed"
-INTERNAL_ERROR = "InternalError"
-
 _STATUS_REASONS = {
     400: "BadRequest",
     413: "RequestEntityTooLarge",
@@ -65,7 +53,7 @@ _STATUS_REASONS = {
 class Refused(Exception):  # noqa: N818 - a refusal is an answer, not an error
     """The body cannot be answered as a review: an HTTP status, a reason and why."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: BadReviewReason, message: str) -> None:
         super().__init__(f"{reason}: {message}")
         self.status = status
         self.reason = reason
@@ -108,15 +96,25 @@ def nesting(body: bytes) -> int:
 def read_json(body: bytes) -> dict[str, Any]:
     """The JSON object of a body already bounded in size; Refused when there is none."""
     if nesting(body) > MAX_DEPTH:
-        raise Refused(400, TOO_DEEP, f"the JSON nests deeper than {MAX_DEPTH} levels")
+        raise Refused(
+            400, BadReviewReason.TOO_DEEP, f"the JSON nests deeper than {MAX_DEPTH} levels"
+        )
     try:
         value = json.loads(body)
     except RecursionError:
-        raise Refused(400, TOO_DEEP, f"the JSON nests deeper than {MAX_DEPTH} levels") from None
+        raise Refused(
+            400, BadReviewReason.TOO_DEEP, f"the JSON nests deeper than {MAX_DEPTH} levels"
+        ) from None
     except ValueError as exc:  # UnicodeDecodeError included
-        raise Refused(400, NOT_JSON, f"the body is not JSON ({_short(exc)})") from None
+        raise Refused(
+            400, BadReviewReason.NOT_JSON, f"the body is not JSON ({_short(exc)})"
+        ) from None
     if not isinstance(value, dict):
-        raise Refused(400, NOT_A_REVIEW, f"the body is {_kind(value)}, not an AdmissionReview")
+        raise Refused(
+            400,
+            BadReviewReason.NOT_ADMISSION_REVIEW,
+            f"the body is {_kind(value)}, not an AdmissionReview",
+        )
     return value
 
 
@@ -129,20 +127,26 @@ def request_of(review: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
     api_version, kind = review.get("apiVersion"), review.get("kind")
     if api_version is not None and api_version != REVIEW_API_VERSION:
         raise Refused(
-            400, NOT_A_REVIEW, f"apiVersion {_value(api_version)} is not {REVIEW_API_VERSION}"
+            400,
+            BadReviewReason.NOT_ADMISSION_REVIEW,
+            f"apiVersion {_value(api_version)} is not {REVIEW_API_VERSION}",
         )
     if kind is not None and kind != REVIEW_KIND:
-        raise Refused(400, NOT_A_REVIEW, f"kind {_value(kind)} is not {REVIEW_KIND}")
+        raise Refused(
+            400, BadReviewReason.NOT_ADMISSION_REVIEW, f"kind {_value(kind)} is not {REVIEW_KIND}"
+        )
     request = review.get("request")
     if request is None:
-        raise Refused(400, NO_UID, "the review has no request")
+        raise Refused(400, BadReviewReason.NO_UID, "the review has no request")
     if not isinstance(request, Mapping):
-        raise Refused(400, NO_UID, f"request is {_kind(request)}, not an object with a uid")
+        raise Refused(
+            400, BadReviewReason.NO_UID, f"request is {_kind(request)}, not an object with a uid"
+        )
     uid = request.get("uid")
     if uid is None or uid == "":
-        raise Refused(400, NO_UID, "request.uid is missing")
+        raise Refused(400, BadReviewReason.NO_UID, "request.uid is missing")
     if not isinstance(uid, str):
-        raise Refused(400, NO_UID, f"request.uid is {_kind(uid)}, not a string")
+        raise Refused(400, BadReviewReason.NO_UID, f"request.uid is {_kind(uid)}, not a string")
     return request, uid
 
 

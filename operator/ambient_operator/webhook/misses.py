@@ -15,13 +15,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ambient_operator import metrics
-from ambient_operator.events import EventRecorder
-from ambient_operator.state import SIDECAR_STATUS_ANNOTATION, ClusterState
+from ambient_operator.api import metrics
+from ambient_operator.api.conditions import PodEvent
+from ambient_operator.cluster.state import SIDECAR_STATUS_ANNOTATION, ClusterState
+from ambient_operator.status.events import EventRecorder
 from ambient_operator.webhook import decide as d
 
 log = logging.getLogger(__name__)
-REASON = "RedirectionWaitMissing"
 PodKey = tuple[str, str]
 
 
@@ -172,7 +172,13 @@ class MissTracker:
                 meta.get("namespace"),
                 meta.get("name"),
             )
-            await asyncio.to_thread(self.events.post, miss.pod, "Warning", REASON, miss.message())
+            await asyncio.to_thread(
+                self.events.post,
+                miss.pod,
+                "Warning",
+                PodEvent.REDIRECTION_WAIT_MISSING,
+                miss.message(),
+            )
         live = {str(m.pod["metadata"].get("uid") or "") for m in found.values()}
         self._counted &= live  # forget pods that are gone
         if changed:

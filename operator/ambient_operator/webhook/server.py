@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import json
 import logging
 import os
@@ -30,18 +29,19 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import kopf
 from aiohttp import web
 
-from ambient_operator import constants as c
-from ambient_operator import metrics
-from ambient_operator.apply import prepare, up_to_date
-from ambient_operator.facts import NodeFacts
+from ambient_operator.api import constants as c
+from ambient_operator.api import metrics
+from ambient_operator.api.conditions import BadReviewReason, ErrorReason
+from ambient_operator.apply.plan import prepare, up_to_date
+from ambient_operator.apply.writer import create_new, replace, write
+from ambient_operator.cluster.facts import NodeFacts
+from ambient_operator.cluster.state import ClusterState
 from ambient_operator.kube.client import Kube, KubeError
 from ambient_operator.kube.resources import KINDS, Kind, shown
-from ambient_operator.state import ClusterState
 from ambient_operator.webhook import certs, intake
 from ambient_operator.webhook import decide as d
 from ambient_operator.webhook.config import (
@@ -52,9 +52,6 @@ from ambient_operator.webhook.config import (
     webhook_configuration,
 )
 from ambient_operator.webhook.misses import MissTracker
-
-if TYPE_CHECKING:
-    from ambient_operator.runner import Operator
 
 log = logging.getLogger(__name__)
 CONTROLLER = "webhook"
@@ -89,7 +86,7 @@ def _status(refused: intake.Refused) -> web.Response:
     )
 
 
-def _unchanged(uid: str, reason: str, problem: str) -> dict[str, Any]:
+def _unchanged(uid: str, reason: BadReviewReason, problem: str) -> dict[str, Any]:
     """A review response that lets the pod through unchanged, and tells its creator why."""
     # Warnings reach whoever created the pod (kubectl prints them); the API
     # server may truncate one longer than 256 characters.
@@ -150,11 +147,11 @@ class AdmissionServer:
         if request.content_type != "application/json":
             raise intake.Refused(
                 415,
-                intake.UNSUPPORTED_MEDIA_TYPE,
+                BadReviewReason.UNSUPPORTED_MEDIA_TYPE,
                 f"the body must be application/json, not {shown(request.content_type)}",
             )
         too_large = intake.Refused(
-            413, intake.BODY_TOO_LARGE, f"the body exceeds {intake.MAX_BODY_BYTES} bytes"
+            413, BadReviewReason.BODY_TOO_LARGE, f"the body exceeds {intake.MAX_BODY_BYTES} bytes"
         )
         if (request.content_length or 0) > intake.MAX_BODY_BYTES:
             raise too_large
@@ -187,15 +184,17 @@ class AdmissionServer:
             # but not one per request, and the pod must still go through.
             self.limiter.warning(
                 log,
-                intake.INTERNAL_ERROR,
+                BadReviewReason.INTERNAL_ERROR,
                 "redirection-wait webhook failed to answer",
                 exc_info=True,
             )
             try:
                 _, uid = intake.request_of(review or {})
             except intake.Refused:
-                return _status(intake.Refused(500, intake.INTERNAL_ERROR, "the webhook failed"))
-            answer = _unchanged(uid, intake.INTERNAL_ERROR, "the webhook failed")
+                return _status(
+                    intake.Refused(500, BadReviewReason.INTERNAL_ERROR, "the webhook failed")
+                )
+            answer = _unchanged(uid, BadReviewReason.INTERNAL_ERROR, "the webhook failed")
             return web.Response(body=json.dumps(answer).encode(), content_type="application/json")
         finally:
             metrics.WEBHOOK_REQUEST_SECONDS.observe(time.perf_counter() - started)
@@ -334,18 +333,18 @@ class Webhook:
         except Exception:
             self.limiter.warning(
                 log,
-                intake.DECISION_FAILED,
+                BadReviewReason.DECISION_FAILED,
                 "redirection-wait webhook failed; the pod is admitted unchanged",
                 exc_info=True,
             )
-            metrics.WEBHOOK_REVIEWS.labels(action="error", reason="Exception").inc()
+            metrics.WEBHOOK_REVIEWS.labels(action="error", reason=ErrorReason.EXCEPTION).inc()
             return None
         finally:
             metrics.WEBHOOK_SECONDS.observe(time.perf_counter() - started)
         metrics.WEBHOOK_REVIEWS.labels(action=decision.action, reason=decision.reason).inc()
         return decision
 
-    def _malformed(self, uid: str, reason: str, problem: str) -> dict[str, Any]:
+    def _malformed(self, uid: str, reason: BadReviewReason, problem: str) -> dict[str, Any]:
         metrics.WEBHOOK_BAD_REVIEWS.labels(reason=reason).inc()
         self.limiter.warning(
             log,
@@ -363,7 +362,7 @@ class Webhook:
         request, uid = intake.request_of(review)
         problem = intake.request_problem(request)
         if problem:
-            return self._malformed(uid, intake.MALFORMED_REQUEST, problem)
+            return self._malformed(uid, BadReviewReason.MALFORMED_REQUEST, problem)
         response: dict[str, Any] = {"uid": uid, "allowed": True}
         pod = request.get("object")
         if (
@@ -374,11 +373,13 @@ class Webhook:
         ):
             problem = intake.pod_problem(pod)
             if problem:
-                return self._malformed(uid, intake.MALFORMED_POD, problem)
+                return self._malformed(uid, BadReviewReason.MALFORMED_POD, problem)
             namespace = request.get("namespace") or (pod.get("metadata") or {}).get("namespace")
             decision = self.decide(pod, namespace)
             if decision is None:
-                return _unchanged(uid, intake.DECISION_FAILED, "the webhook failed to decide")
+                return _unchanged(
+                    uid, BadReviewReason.DECISION_FAILED, "the webhook failed to decide"
+                )
             if decision.action != "none":
                 ops = json.dumps(d.json_patch(pod, decision), separators=(",", ":"))
                 response["patchType"] = "JSONPatch"
@@ -466,7 +467,7 @@ class Webhook:
                 usable = current is not None and certs.renewal_reason(current, hosts, now) is None
                 material = current if usable and current else certs.generate(hosts, now)
                 try:
-                    self.kube.create(self._secret_body(namespace, material))
+                    create_new(self.kube, self._secret_body(namespace, material))
                 except KubeError as exc:
                     if exc.status == 409:
                         continue
@@ -484,7 +485,7 @@ class Webhook:
             material = certs.renewed(stored, hosts, now)
             body = self._secret_body(namespace, material, live["metadata"].get("resourceVersion"))
             try:
-                self.kube.request("PUT", SECRET.path(SECRET_NAME, namespace), body=body)
+                replace(self.kube, body)
             except KubeError as exc:
                 if exc.status == 409:
                     continue
@@ -555,9 +556,12 @@ class Webhook:
         desired = prepare(
             webhook_configuration(self.options.client_config(ca_bundle)), None, CONTROLLER
         )
-        if up_to_date(desired, self.kube.get(MWC, CONFIG_NAME)):
+        live = self.kube.get(MWC, CONFIG_NAME)
+        if up_to_date(desired, live):
             return False
-        self.kube.apply(desired)
+        # Ours by field manager: a configuration of that name made by anyone
+        # else is refused (NameConflictError), not taken over.
+        write(self.kube, desired, live, None)
         metrics.OBJECTS_APPLIED.labels(kind="MutatingWebhookConfiguration").inc()
         log.info("applied MutatingWebhookConfiguration %s", CONFIG_NAME)
         return True
@@ -596,52 +600,3 @@ class Webhook:
         if self.serve_dir is not None:
             shutil.rmtree(self.serve_dir, ignore_errors=True)
             self.serve_dir = None
-
-
-def register(operator: Operator) -> Webhook:
-    """Add the webhook's handlers to the operator's kopf registry.
-
-    The misses check always runs (pods admitted without the workaround are
-    news whether or not this process serves the webhook); the server runs
-    only when --webhook-url or --webhook-service says how to reach it.
-    """
-    options = operator.options.webhook
-    webhook = Webhook(operator.state, operator.kube, options)
-    dataplane = operator.dataplane
-
-    def report(count: int) -> None:
-        dataplane.workaround_misses = count
-
-    webhook.misses = MissTracker(operator.state, operator.events, webhook.context, report)
-    reg = operator.registry
-
-    @kopf.on.startup(registry=reg)
-    async def webhook_startup(memo: kopf.Memo, **_: Any) -> None:
-        await asyncio.to_thread(webhook.prime)
-        if not options.enabled:
-            return
-        try:
-            await asyncio.to_thread(webhook.sync)
-        except Exception:
-            # The server must still start; the maintain loop retries the rest.
-            log.exception("webhook set-up incomplete; retrying every %ss", options.sync_seconds)
-            if webhook.material is None and not options.cert_dir:
-                webhook.install(certs.generate(webhook.hosts(), datetime.now(UTC)))
-        await asyncio.to_thread(webhook.start_server)
-        memo["webhook-maintain"] = asyncio.create_task(webhook.maintain(), name="webhook-maintain")
-
-    @kopf.on.cleanup(registry=reg)
-    async def webhook_cleanup(memo: kopf.Memo, **_: Any) -> None:
-        task = memo.get("webhook-maintain")
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await asyncio.to_thread(webhook.cleanup)
-
-    @kopf.on.event("node.k8s.io", "v1", "runtimeclasses", registry=reg, id="webhook-runtimeclasses")
-    def webhook_runtime_class_event(type: str | None, body: kopf.Body, **_: Any) -> None:
-        webhook.runtime_class_event(type, body)
-
-    # Pods reach `misses` from the operator's pod informer (ambient_operator.pods).
-    return webhook

@@ -1,0 +1,95 @@
+"""Names, labels and ports of the field (see shared DESIGN §1); one place to change them."""
+
+from __future__ import annotations
+
+from typing import Final
+
+API_GROUP: Final = "ambientoperator.io"
+API_VERSION: Final = "v1alpha1"
+KIND: Final = "AmbientMesh"
+PLURAL: Final = "ambientmeshes"
+SINGULAR: Final = "ambientmesh"
+SHORT_NAMES: Final = ("amesh",)
+MESH_NAME: Final = "default"
+
+# The default Istio release of the agents: the newest release before the
+# development line of the istio.io/istio module pinned in
+# hack/cluster/istio/go.mod (a test holds the two together).
+ISTIO_VERSION: Final = "1.30.4"
+
+FIELD_MANAGER: Final = "ambient-operator"
+MANAGED_BY: Final = "ambient-operator"
+PART_OF: Final = "istio-ambient"
+
+LABEL_NAME: Final = "app.kubernetes.io/name"
+LABEL_PART_OF: Final = "app.kubernetes.io/part-of"
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+LABEL_COMPONENT: Final = "app.kubernetes.io/component"
+# Which Windows build (or "linux") a data-plane object is for; lets the
+# operator find and prune per-build objects by label, never by name guessing.
+LABEL_PLATFORM: Final = "ambientoperator.io/platform"
+
+LABEL_OS: Final = "kubernetes.io/os"
+LABEL_ARCH: Final = "kubernetes.io/arch"
+LABEL_HOSTNAME: Final = "kubernetes.io/hostname"
+LABEL_WINDOWS_BUILD: Final = "node.kubernetes.io/windows-build"
+
+LABEL_DATAPLANE_MODE: Final = "istio.io/dataplane-mode"
+ANNOTATION_REDIRECTION: Final = "ambient.istio.io/redirection"
+LABEL_USE_WAYPOINT: Final = "istio.io/use-waypoint"
+LABEL_USE_WAYPOINT_NAMESPACE: Final = "istio.io/use-waypoint-namespace"
+LABEL_WAYPOINT_FOR: Final = "istio.io/waypoint-for"
+
+# Windows Server builds by the first three parts of the kernel version.
+BUILD_WS2019: Final = "10.0.17763"
+BUILD_WS2022: Final = "10.0.20348"
+BUILD_WS2025: Final = "10.0.26100"
+WINDOWS_BUILD_NAMES: Final = {
+    BUILD_WS2019: "Windows Server 2019",
+    BUILD_WS2022: "Windows Server 2022",
+    BUILD_WS2025: "Windows Server 2025",
+}
+# Ambient needs HostProcess containers and HNS L4 WFP proxy policies: WS2022+.
+SUPPORTED_WINDOWS_BUILDS: Final = (BUILD_WS2022, BUILD_WS2025)
+# Builds whose new pods need the redirection-wait init container.
+PRE_WS2025_BUILDS: Final = (BUILD_WS2022,)
+# Image tag suffix of Windows images per build (process isolation matches the host).
+WINDOWS_BUILD_TAGS: Final = {BUILD_WS2022: "ltsc2022", BUILD_WS2025: "ltsc2025"}
+
+ZDS_PIPE: Final = r"\\.\pipe\istio-zds"
+ZTUNNEL_UDS: Final = "/var/run/ztunnel/ztunnel.sock"
+
+PORT_ZTUNNEL_OUTBOUND: Final = 15001
+PORT_ZTUNNEL_INBOUND_PLAINTEXT: Final = 15006
+PORT_HBONE: Final = 15008
+PORT_ZTUNNEL_DNS: Final = 15053
+PORT_READINESS: Final = 15021
+PORT_METRICS: Final = 15020
+PORT_ISTIOD_XDS: Final = 15012
+PORT_CNI_READINESS: Final = 8000
+PORT_CNI_METRICS: Final = 15014
+PORT_ENVOY_STATS: Final = 15090
+
+# Gateway API and istiod's gateway deployment conventions (waypoints).
+GATEWAY_API_VERSION: Final = "gateway.networking.k8s.io/v1"
+LABEL_GATEWAY_NAME: Final = "gateway.networking.k8s.io/gateway-name"
+LABEL_GATEWAY_CLASS_NAME: Final = "gateway.networking.k8s.io/gateway-class-name"
+ANNOTATION_GATEWAY_NAME_OVERRIDE: Final = "gateway.istio.io/name-override"
+ANNOTATION_GATEWAY_SERVICE_ACCOUNT: Final = "gateway.istio.io/service-account"
+LABEL_DEFAULTS_FOR_CLASS: Final = "gateway.istio.io/defaults-for-class"
+ISTIO_WAYPOINT_CLASS: Final = "istio-waypoint"
+ISTIO_MESH_CONTROLLER: Final = "istio.io/mesh-controller"
+# istiod tells waypoint objects (Service, Deployment, pods) from ordinary ones
+# by this label; without it a namespace's use-waypoint binds the waypoint's
+# own Service to itself and its pods are indexed as plain workloads.
+LABEL_GATEWAY_MANAGED: Final = "gateway.istio.io/managed"
+GATEWAY_MANAGED_MESH: Final = "istio.io-mesh-controller"
+# A ServiceAccount carrying this (value "true") may be named by a waypoint
+# Gateway's service-account annotation (spec.waypoints.policy's default).
+LABEL_WAYPOINT_SERVICE_ACCOUNT: Final = "ambientoperator.io/waypoint-service-account"
+WAYPOINT_FOR_VALUES: Final = ("service", "workload", "all", "none")
+PROTOCOL_HBONE: Final = "HBONE"
+
+# Which controller's prune set an object belongs to: the data plane owned by
+# the AmbientMesh, or one waypoint owned by its Gateway.
+LABEL_CONTROLLER = "ambientoperator.io/controller"

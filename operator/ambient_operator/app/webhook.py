@@ -1,0 +1,71 @@
+"""Wiring of the admission webhook: start-up, clean-up and watches on the kopf registry."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from ambient_operator.cluster.state import ClusterState
+from ambient_operator.kube.client import Kube
+from ambient_operator.status.events import EventRecorder
+from ambient_operator.webhook import certs
+from ambient_operator.webhook.config import WebhookOptions
+from ambient_operator.webhook.misses import MissTracker
+from ambient_operator.webhook.server import Webhook
+
+log = logging.getLogger(__name__)
+
+
+def register(
+    reg: kopf.OperatorRegistry,
+    state: ClusterState,
+    kube: Kube,
+    events: EventRecorder,
+    options: WebhookOptions,
+    report_misses: Callable[[int], None],
+) -> Webhook:
+    """Add the webhook's handlers to the operator's kopf registry.
+
+    The misses check always runs (pods admitted without the workaround are
+    news whether or not this process serves the webhook); the server runs
+    only when --webhook-url or --webhook-service says how to reach it.
+    """
+    webhook = Webhook(state, kube, options)
+    webhook.misses = MissTracker(state, events, webhook.context, report_misses)
+
+    @kopf.on.startup(registry=reg)
+    async def webhook_startup(memo: kopf.Memo, **_: Any) -> None:
+        await asyncio.to_thread(webhook.prime)
+        if not options.enabled:
+            return
+        try:
+            await asyncio.to_thread(webhook.sync)
+        except Exception:
+            # The server must still start; the maintain loop retries the rest.
+            log.exception("webhook set-up incomplete; retrying every %ss", options.sync_seconds)
+            if webhook.material is None and not options.cert_dir:
+                webhook.install(certs.generate(webhook.hosts(), datetime.now(UTC)))
+        await asyncio.to_thread(webhook.start_server)
+        memo["webhook-maintain"] = asyncio.create_task(webhook.maintain(), name="webhook-maintain")
+
+    @kopf.on.cleanup(registry=reg)
+    async def webhook_cleanup(memo: kopf.Memo, **_: Any) -> None:
+        task = memo.get("webhook-maintain")
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await asyncio.to_thread(webhook.cleanup)
+
+    @kopf.on.event("node.k8s.io", "v1", "runtimeclasses", registry=reg, id="webhook-runtimeclasses")
+    def webhook_runtime_class_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        webhook.runtime_class_event(type, body)
+
+    # Pods reach `misses` from the operator's pod informer (ambient_operator.cluster.pods).
+    return webhook

@@ -1,0 +1,1 @@
+"""The one writer: plan what to write, check ownership, write and prune."""

@@ -1,0 +1,97 @@
+"""Whether an object is ours to change or delete. Pure.
+
+Labels only select; ownership decides. An object is ours when its controller
+ownerReference points at the owner we reconcile for (the AmbientMesh, or one
+Gateway), by UID. An object we keep without an owner in scope (cluster-wide
+class defaults, the webhook's own objects) is ours when our field manager
+applied it. Anything else that exists under a name we want is somebody
+else's: it is never patched, adopted, given an ownerReference or deleted,
+and the owner's status names it. istiod's deployment controller follows the
+same rule (`canManage`: an existing object without its managed label is
+left alone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from ambient_operator.api import constants as c
+from ambient_operator.apply.plan import Owner
+
+
+def controller_of(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The ownerReference with controller=true, if any."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller"):
+            return ref
+    return None
+
+
+def applied_by_us(obj: Mapping[str, Any]) -> bool:
+    """Whether our field manager holds fields of the object through server-side apply."""
+    return any(
+        isinstance(entry, Mapping)
+        and entry.get("manager") == c.FIELD_MANAGER
+        and entry.get("operation") == "Apply"
+        for entry in (obj.get("metadata") or {}).get("managedFields") or []
+    )
+
+
+def describe(obj: Mapping[str, Any]) -> str:
+    """`Kind namespace/name` (or `Kind name` when cluster-scoped), for messages."""
+    meta = obj.get("metadata") or {}
+    where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    return f"{obj.get('kind', '?')} {where}{meta.get('name', '?')}"
+
+
+def holders(obj: Mapping[str, Any]) -> str:
+    """` (fields managed by helm, kubectl)`, or nothing when no manager is recorded.
+
+    Without a controller reference the field managers are what tells a user
+    who made the object.
+    """
+    managers = [
+        str(entry.get("manager"))
+        for entry in (obj.get("metadata") or {}).get("managedFields") or []
+        if isinstance(entry, Mapping) and entry.get("manager")
+    ]
+    return f" (fields managed by {', '.join(dict.fromkeys(managers))})" if managers else ""
+
+
+def conflict(live: Mapping[str, Any] | None, owner: Owner | None) -> str | None:
+    """Why we must not write `live`, or None when it is ours (or does not exist)."""
+    if live is None:
+        return None
+    if owner is None:
+        if applied_by_us(live):
+            return None
+        return f"{describe(live)} exists and was not created by {c.FIELD_MANAGER}{holders(live)}"
+    ref = controller_of(live)
+    if ref is not None and ref.get("uid") == owner.uid:
+        return None
+    if ref is not None:
+        holder = f"{ref.get('kind', '?')} {ref.get('name', '?')}"
+        if holder == f"{owner.kind} {owner.name}":
+            # A namesake: an owner deleted and made again before garbage collection.
+            holder += f" (uid {ref.get('uid', '?')})"
+        return (
+            f"{describe(live)} exists and is controlled by {holder}, "
+            f"not by {owner.kind} {owner.name}"
+        )
+    return f"{describe(live)} exists and is not owned by {owner.kind} {owner.name}{holders(live)}"
+
+
+def may_prune(
+    obj: Mapping[str, Any], owner: Owner | None, namespaces: Collection[str] | None
+) -> bool:
+    """Whether a prune candidate (selected by our labels) may be deleted.
+
+    It must be ours by :func:`conflict`, and, when namespaced, live in one of
+    the namespaces the owner writes to (`namespaces`; None means any, for
+    owners whose objects may be anywhere).
+    """
+    if conflict(obj, owner) is not None:
+        return False
+    namespace = (obj.get("metadata") or {}).get("namespace")
+    return not namespace or namespaces is None or namespace in namespaces

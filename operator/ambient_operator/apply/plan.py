@@ -1,0 +1,143 @@
+"""One apply layer for everything the operator owns.
+
+Rendered objects get our labels, an owner reference and a hash of what we
+asked for. An object is written only when the live copy lacks a field we
+want, holds another value there, or was applied from a different desired
+state (the hash differs, e.g. a field we used to set was dropped). That is
+how a reconcile with nothing to do makes zero write requests.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ambient_operator.api import constants as c
+from ambient_operator.api.constants import LABEL_CONTROLLER
+from ambient_operator.kube.resources import ObjectKey, key_of
+
+HASH_ANNOTATION = "ambientoperator.io/desired-hash"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The object that owns what we apply, for garbage collection."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> Owner:
+        """Owner reference target from a live object."""
+        meta = obj["metadata"]
+        return cls(str(obj["apiVersion"]), str(obj["kind"]), str(meta["name"]), str(meta["uid"]))
+
+    def reference(self) -> dict[str, Any]:
+        """The ownerReferences entry."""
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def desired_hash(obj: Mapping[str, Any]) -> str:
+    """A stable digest of a desired object."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def prepare(obj: Mapping[str, Any], owner: Owner | None, controller: str) -> dict[str, Any]:
+    """The object as we apply it: our labels, owner reference and desired hash."""
+    out = copy.deepcopy(dict(obj))
+    meta = out.setdefault("metadata", {})
+    labels = meta.setdefault("labels", {})
+    labels[c.LABEL_MANAGED_BY] = c.MANAGED_BY
+    labels[LABEL_CONTROLLER] = controller
+    if owner is not None:
+        meta["ownerReferences"] = [owner.reference()]
+    meta.setdefault("annotations", {})[HASH_ANNOTATION] = desired_hash(out)
+    return out
+
+
+def is_subset(desired: Any, live: Any) -> bool:
+    """True when every field we set has the same value in the live object.
+
+    Empty maps and lists we ask for match an absent field, because the API
+    server drops them on the way in.
+    """
+    if isinstance(desired, Mapping):
+        if not isinstance(live, Mapping):
+            return not desired and live is None
+        for name, value in desired.items():
+            if name not in live:
+                if value in ({}, [], None):
+                    continue
+                return False
+            if not is_subset(value, live[name]):
+                return False
+        return True
+    if isinstance(desired, list):
+        if live is None:
+            return not desired
+        if not isinstance(live, list) or len(desired) != len(live):
+            return False
+        return all(is_subset(d, item) for d, item in zip(desired, live, strict=True))
+    if isinstance(desired, bool) or isinstance(live, bool):
+        return desired is live
+    return bool(desired == live)
+
+
+def up_to_date(prepared: Mapping[str, Any], live: Mapping[str, Any] | None) -> bool:
+    """Whether applying `prepared` would change nothing we care about."""
+    if live is None:
+        return False
+    want = prepared["metadata"]["annotations"][HASH_ANNOTATION]
+    have = (live.get("metadata", {}).get("annotations") or {}).get(HASH_ANNOTATION)
+    if want != have:
+        return False
+    # Status is the server's; compare only what we write.
+    wanted = {k: v for k, v in prepared.items() if k != "status"}
+    return is_subset(wanted, live)
+
+
+@dataclass
+class Plan:
+    """What a reconcile must write."""
+
+    apply: list[dict[str, Any]] = field(default_factory=list)
+    prune: list[dict[str, Any]] = field(default_factory=list)
+    unchanged: int = 0
+
+
+def plan(
+    prepared: Iterable[Mapping[str, Any]],
+    live: Mapping[ObjectKey, Mapping[str, Any]],
+) -> Plan:
+    """Compare desired objects with the live ones of the same prune set.
+
+    `live` must hold only objects of this controller's prune set (selected by
+    our labels); whatever there is not desired any more is pruned.
+    """
+    result = Plan()
+    wanted: set[ObjectKey] = set()
+    for obj in prepared:
+        key = key_of(obj)
+        wanted.add(key)
+        if up_to_date(obj, live.get(key)):
+            result.unchanged += 1
+        else:
+            result.apply.append(dict(obj))
+    for key, obj in sorted(live.items()):
+        if key not in wanted:
+            result.prune.append(dict(obj))
+    return result

@@ -1,0 +1,167 @@
+"""Writing objects of ours, and only ours: ownership before every write.
+
+:func:`write` creates or updates one prepared object; :func:`prune` deletes
+one. Both check ownership (apply/ownership.py) on what the API server holds, and
+carry a precondition, so a race with somebody else's write cannot turn into
+a takeover:
+
+- A first creation is a POST, which fails if anything of that name exists
+  (server-side apply would silently take it over). The POST's field
+  ownership is then converted to an apply entry of our field manager, so
+  later applies can drop fields we stop setting.
+- An update is a forced server-side apply (force only on what we own) with
+  the resourceVersion whose ownership we checked; a conflict re-reads the
+  object, checks again and retries once.
+- A delete names the UID whose ownership we checked.
+
+Before any of that, every object written here (write, create_new, replace)
+must pin its pods to one OS (apply/placement.py): an object that does not is
+refused, with no request.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from ambient_operator.api import constants as c
+from ambient_operator.apply.ownership import conflict, describe, may_prune
+from ambient_operator.apply.placement import placement_problem
+from ambient_operator.apply.plan import Owner
+from ambient_operator.kube.client import Kube, KubeError
+from ambient_operator.kube.resources import kind_of
+
+NAME_CONFLICT = "NameConflict"
+
+
+class NameConflictError(Exception):
+    """Something that is not ours holds the name of an object we want."""
+
+    reason = NAME_CONFLICT
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _refuse_unplaced(obj: Mapping[str, Any]) -> None:
+    """Raise KubeError 422 Unplaced when the object's pods are not pinned to one OS."""
+    # Every DaemonSet and Deployment the operator writes passes through this
+    # module, so this is the one place that checks what OS each pod template
+    # will run on (the check tigera-operator's component handler makes),
+    # whichever renderer or controller built it. Refused before any request.
+    problem = placement_problem(obj)
+    if problem is not None:
+        raise KubeError(422, "Unplaced", f"{describe(obj)}: {problem}; not written")
+
+
+def _read(kube: Kube, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    meta = obj["metadata"]
+    return kube.get(kind_of(dict(obj)), meta["name"], meta.get("namespace"))
+
+
+def _claim_for_apply(kube: Kube, created: Mapping[str, Any]) -> dict[str, Any]:
+    """Turn the fields our POST set into fields our server-side apply owns."""
+    meta = created["metadata"]
+    entries = []
+    for held in meta.get("managedFields") or []:
+        entry = dict(held)
+        if entry.get("manager") == c.FIELD_MANAGER and entry.get("operation") == "Update":
+            entry["operation"] = "Apply"
+            entry.pop("subresource", None)
+        entries.append(entry)
+    patch = {"metadata": {"managedFields": entries, "resourceVersion": meta["resourceVersion"]}}
+    return kube.merge_patch(kind_of(dict(created)), meta["name"], meta.get("namespace"), patch)
+
+
+def write(
+    kube: Kube,
+    obj: Mapping[str, Any],
+    live: Mapping[str, Any] | None,
+    owner: Owner | None,
+) -> dict[str, Any]:
+    """Create or update `obj` (prepared by apply.prepare); `live` is what the cache holds.
+
+    Raises NameConflictError when the object exists and is not ours, KubeError
+    when the API server refuses or the object's pods are not pinned to one OS.
+    """
+    _refuse_unplaced(obj)
+    why = conflict(live, owner)
+    if why is not None:
+        raise NameConflictError(why)
+    if live is None:
+        try:
+            return _claim_for_apply(kube, kube.create(obj))
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+        # Somebody holds the name already (our cache had not seen it).
+        live = _read(kube, obj)
+        why = conflict(live, owner)
+        if why is not None:
+            raise NameConflictError(why)
+        if live is None:
+            raise KubeError(409, "Conflict", f"{describe(obj)} changed while we wrote it")
+    for attempt in range(2):
+        body = copy.deepcopy(dict(obj))
+        body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
+        try:
+            return kube.apply(body, force=True)
+        except KubeError as exc:
+            if exc.status != 409 or attempt:
+                raise
+        live = _read(kube, obj)
+        why = conflict(live, owner) if live is not None else None
+        if why is not None:
+            raise NameConflictError(why)
+        if live is None:
+            return write(kube, obj, None, owner)
+    raise AssertionError("unreachable")
+
+
+def prune(
+    kube: Kube,
+    obj: Mapping[str, Any],
+    owner: Owner | None,
+    namespaces: Collection[str] | None,
+) -> bool:
+    """Delete a prune candidate if it is ours and in scope; False when it was left alone.
+
+    The delete carries the candidate's UID, so a namesake created meanwhile
+    survives.
+    """
+    if not may_prune(obj, owner, namespaces):
+        return False
+    meta = obj["metadata"]
+    kube.delete(kind_of(dict(obj)), meta["name"], meta.get("namespace"), uid=meta.get("uid"))
+    return True
+
+
+def create_new(kube: Kube, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """POST an object that must not exist yet (a Lease, the webhook's Secret).
+
+    A KubeError 409 means somebody else made it first: the caller reads theirs.
+    """
+    _refuse_unplaced(obj)
+    return kube.create(obj)
+
+
+def replace(kube: Kube, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """PUT an object at the resourceVersion it was read at; 409 when it changed since."""
+    meta = obj["metadata"]
+    if not meta.get("resourceVersion"):
+        raise ValueError(f"{describe(obj)}: a replace needs the resourceVersion it was read at")
+    _refuse_unplaced(obj)
+    path = kind_of(dict(obj)).path(meta["name"], meta.get("namespace"))
+    result: dict[str, Any] = kube.request("PUT", path, body=dict(obj))
+    return result
+
+
+def apply_requested(kube: Kube, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """Server-side apply of an object a person asked for by name (the waypoint CLI).
+
+    The object is theirs, written under the CLI's own field manager: the
+    ownership rule of the operator's objects does not apply.
+    """
+    return kube.apply(obj, force=True)

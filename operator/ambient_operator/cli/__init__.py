@@ -1,0 +1,1 @@
+"""The `ambient-operator` command line."""

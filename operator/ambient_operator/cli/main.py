@@ -1,0 +1,232 @@
+"""`ambient-operator` command line: crd, render, run."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ambient_operator.api import crdgen
+from ambient_operator.cli import render as render_command
+from ambient_operator.cli import waypoint as waypoint_command
+
+EXIT_USAGE = 2
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _cmd_crd(args: argparse.Namespace) -> int:
+    files = crdgen.all_crds()
+    if args.output is None:
+        sys.stdout.write("---\n".join(crdgen.dump(obj) for obj in files.values()))
+        return 0
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, obj in files.items():
+        (out / name).write_text(crdgen.dump(obj))
+    return 0
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(f"AMBIENT_OPERATOR_{name}", default)
+
+
+def _agents_namespaces(flags: list[str] | None) -> tuple[str, ...]:
+    """The --agents-namespace flags, else the comma-separated environment variable."""
+    given = flags if flags else _env("AGENTS_NAMESPACES", "").split(",")
+    names = tuple(dict.fromkeys(name.strip() for name in given if name.strip()))
+    for name in names:
+        if len(name) > 63 or not _DNS_LABEL.match(name):
+            raise ValueError(f"--agents-namespace {name!r} is not a namespace name")
+    return names
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    # Imported here: `crd` and `render` must work without kopf's start-up cost.
+    from ambient_operator.app.operator import Operator, Options, configure_logging
+    from ambient_operator.webhook.config import WebhookOptions
+
+    try:
+        agents_namespaces = _agents_namespaces(args.agents_namespace)
+    except ValueError as exc:
+        print(f"ambient-operator run: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        webhook = WebhookOptions(
+            url=args.webhook_url or None,
+            service=args.webhook_service or None,
+            listen_address=args.webhook_listen_address,
+            port=args.webhook_port,
+            cert_dir=args.webhook_cert_dir or None,
+            secret_namespace=args.webhook_namespace or None,
+        )
+    except ValueError as exc:
+        print(f"ambient-operator run: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    configure_logging(args.log_format, args.log_level)
+    options = Options(
+        kubeconfig=args.kubeconfig,
+        metrics_port=args.metrics_port,
+        health_port=args.health_port,
+        log_format=args.log_format,
+        log_level=args.log_level,
+        leader_election=args.leader_election,
+        lease_namespace=args.lease_namespace,
+        lease_seconds=args.lease_seconds,
+        resync_seconds=args.resync_seconds,
+        webhook=webhook,
+        agents_namespaces=agents_namespaces,
+        cni_rbac=args.cni_rbac,
+    )
+    Operator(options).run()
+    return 0
+
+
+def _add_run(sub: Any) -> None:
+    run = sub.add_parser("run", help="run the operator against the current cluster")
+    run.add_argument(
+        "--kubeconfig",
+        default=os.environ.get("KUBECONFIG"),
+        help="kubeconfig file (default: $KUBECONFIG, else in-cluster)",
+    )
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        default=int(_env("METRICS_PORT", "9090")),
+        help="Prometheus /metrics port, 0 to disable [AMBIENT_OPERATOR_METRICS_PORT]",
+    )
+    run.add_argument(
+        "--health-port",
+        type=int,
+        default=int(_env("HEALTH_PORT", "8080")),
+        help="liveness /healthz port, 0 to disable [AMBIENT_OPERATOR_HEALTH_PORT]",
+    )
+    run.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=_env("LOG_FORMAT", "text"),
+        help="[AMBIENT_OPERATOR_LOG_FORMAT]",
+    )
+    run.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        default=_env("LOG_LEVEL", "info"),
+        help="[AMBIENT_OPERATOR_LOG_LEVEL]",
+    )
+    run.add_argument(
+        "--leader-election",
+        action=argparse.BooleanOptionalAction,
+        default=_env("LEADER_ELECTION", "false").lower() in ("1", "true", "yes"),
+        help="elect one active replica with a Lease [AMBIENT_OPERATOR_LEADER_ELECTION]",
+    )
+    run.add_argument(
+        "--lease-namespace",
+        default=_env("LEASE_NAMESPACE", "istio-system"),
+        help="namespace of the leader Lease [AMBIENT_OPERATOR_LEASE_NAMESPACE]",
+    )
+    run.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=float(_env("LEASE_SECONDS", "15")),
+        help="lease duration [AMBIENT_OPERATOR_LEASE_SECONDS]",
+    )
+    run.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=float(_env("RESYNC_SECONDS", "300")),
+        help="periodic full reconcile [AMBIENT_OPERATOR_RESYNC_SECONDS]",
+    )
+    run.add_argument(
+        "--agents-namespace",
+        action="append",
+        metavar="NAMESPACE",
+        help="a namespace the AmbientMesh's spec.namespace may name (repeat for several; "
+        "default: any). Another is refused with NamespaceNotAllowed, and nothing is written. "
+        "The chart sets it from agents.namespaces, where it grants the operator a Role "
+        "[AMBIENT_OPERATOR_AGENTS_NAMESPACES, comma-separated]",
+    )
+    run.add_argument(
+        "--cni-rbac",
+        choices=["operator", "chart"],
+        default=_env("CNI_RBAC", "operator"),
+        help="who keeps the istio-cni agent's ClusterRole and binding: the operator (applies "
+        "them, which needs every permission they grant) or the chart (ships them; the operator "
+        "neither writes nor watches RBAC) [AMBIENT_OPERATOR_CNI_RBAC]",
+    )
+    _add_webhook_flags(run)
+    run.set_defaults(func=_cmd_run)
+
+
+def _add_webhook_flags(run: Any) -> None:
+    hook = run.add_argument_group(
+        "redirection-wait webhook",
+        "served only when --webhook-url or --webhook-service says how the API server reaches it",
+    )
+    hook.add_argument(
+        "--webhook-url",
+        default=_env("WEBHOOK_URL", ""),
+        help="https://host:port[/prefix] the API server calls, e.g. https://127.0.0.1:9443 "
+        "[AMBIENT_OPERATOR_WEBHOOK_URL]",
+    )
+    hook.add_argument(
+        "--webhook-service",
+        default=_env("WEBHOOK_SERVICE", ""),
+        metavar="NS/NAME[:PORT]",
+        help="Service the API server calls (port default 443) [AMBIENT_OPERATOR_WEBHOOK_SERVICE]",
+    )
+    hook.add_argument(
+        "--webhook-listen-address",
+        default=_env("WEBHOOK_LISTEN_ADDRESS", "0.0.0.0"),
+        help="address the HTTPS server binds [AMBIENT_OPERATOR_WEBHOOK_LISTEN_ADDRESS]",
+    )
+    hook.add_argument(
+        "--webhook-port",
+        type=int,
+        default=int(_env("WEBHOOK_PORT", "9443")),
+        help="port the HTTPS server binds [AMBIENT_OPERATOR_WEBHOOK_PORT]",
+    )
+    hook.add_argument(
+        "--webhook-cert-dir",
+        default=_env("WEBHOOK_CERT_DIR", ""),
+        help="use tls.crt, tls.key and ca.crt from this folder (e.g. a cert-manager Secret) "
+        "instead of the operator's own Secret [AMBIENT_OPERATOR_WEBHOOK_CERT_DIR]",
+    )
+    hook.add_argument(
+        "--webhook-namespace",
+        default=_env("WEBHOOK_NAMESPACE", ""),
+        help="namespace of the Secret ambient-operator-webhook-tls (default: the AmbientMesh's "
+        "spec.namespace) [AMBIENT_OPERATOR_WEBHOOK_NAMESPACE]",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="ambient-operator",
+        description="Istio ambient data plane for clusters mixing Linux and Windows nodes.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    crd = sub.add_parser("crd", help="print or write the CRDs generated from the API models")
+    crd.add_argument("--output", "-o", metavar="DIR", help="write one file per CRD into DIR")
+    crd.set_defaults(func=_cmd_crd)
+
+    render_command.add_parser(sub)
+    _add_run(sub)
+    waypoint_command.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    return func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

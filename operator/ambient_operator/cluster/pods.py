@@ -1,0 +1,77 @@
+"""What the operator keeps of each pod, and who is told.
+
+Several parts of the operator follow pods: enrollment counts (a PodSummary
+in the cluster state) and consumers the wiring adds (the webhook's misses,
+the waypoint controller). One informer (kube/informer.py) reads the pod
+stream for all of them; each consumer's `extract` takes what it needs from a
+pod on the informer's thread, and `PodFeed` hands the results over on the
+event loop. This module knows no consumer: the wiring passes them in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ambient_operator.cluster.state import ClusterState, PodSummary
+from ambient_operator.kube.client import Kube
+from ambient_operator.kube.informer import Change, Informer
+from ambient_operator.kube.resources import KINDS
+
+POD = KINDS[("v1", "Pod")]
+PodKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class PodConsumer:
+    """A part of the operator that keeps something of each pod.
+
+    `extract` is pure and runs on the informer's thread; `remember` runs on the
+    event loop with the key and what `extract` kept (None when the pod is gone).
+    """
+
+    extract: Callable[[Mapping[str, Any]], Any]
+    remember: Callable[[PodKey, Any], None]
+
+
+@dataclass(frozen=True)
+class PodRecord:
+    """Everything the operator keeps of one pod: its summary, then one item per consumer."""
+
+    summary: PodSummary
+    kept: tuple[Any, ...]
+
+
+class PodFeed:
+    """Applies pod changes to the state and to each consumer, on the event loop."""
+
+    def __init__(self, state: ClusterState, consumers: Sequence[PodConsumer]) -> None:
+        self.state = state
+        self.consumers = tuple(consumers)
+
+    def record_of(self, pod: Mapping[str, Any]) -> PodRecord:
+        """Take from a whole pod what the operator keeps. Pure."""
+        return PodRecord(PodSummary.of(pod), tuple(c.extract(pod) for c in self.consumers))
+
+    def apply(self, changes: list[Change[PodRecord]]) -> None:
+        """One batch from the informer."""
+        pods = self.state.pods
+        changed = False
+        for change in changes:
+            record = change.record
+            if record is None:
+                changed = pods.pop(change.key, None) is not None or changed
+            elif pods.get(change.key) != record.summary:
+                pods[change.key] = record.summary
+                changed = True
+            for i, consumer in enumerate(self.consumers):
+                consumer.remember(change.key, record.kept[i] if record else None)
+        if changed:
+            # Pods only move status along: not urgent.
+            self.state.poke(urgent=False)
+
+    def informer(self, kube: Kube, loop: asyncio.AbstractEventLoop) -> Informer[PodRecord]:
+        """An informer over every pod of the cluster feeding this."""
+        return Informer(kube, POD, self.record_of, self.apply, loop)

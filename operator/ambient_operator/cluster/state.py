@@ -1,0 +1,127 @@
+"""What the operator knows of the cluster, kept current by watch events.
+
+Handlers only put what they see here and pull the trigger; the reconcile
+loop reads it. Pods are kept as small summaries, not whole objects, so
+memory stays flat with thousands of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ambient_operator.api import constants as c
+from ambient_operator.api.constants import LABEL_CONTROLLER
+from ambient_operator.kube.resources import ObjectKey, key_of, resource_version
+
+SIDECAR_STATUS_ANNOTATION = "sidecar.istio.io/status"
+SIDECAR_INJECT_LABEL = "sidecar.istio.io/inject"
+
+
+@dataclass(frozen=True)
+class PodSummary:
+    """The few facts of a pod that enrollment needs."""
+
+    namespace: str
+    name: str
+    mode: str | None  # its own istio.io/dataplane-mode label
+    sidecar: bool
+    host_network: bool
+    os: str | None  # from spec.os.name or nodeSelector; else the node decides
+    node: str | None
+    redirection: str | None
+    phase: str | None
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any]) -> PodSummary:
+        """Summarise a Pod object."""
+        meta = pod.get("metadata", {})
+        spec = pod.get("spec", {})
+        labels = meta.get("labels") or {}
+        annotations = meta.get("annotations") or {}
+        os_name = (spec.get("os") or {}).get("name") or (spec.get("nodeSelector") or {}).get(
+            c.LABEL_OS
+        )
+        return cls(
+            namespace=meta.get("namespace", ""),
+            name=meta.get("name", ""),
+            mode=labels.get(c.LABEL_DATAPLANE_MODE),
+            sidecar=SIDECAR_STATUS_ANNOTATION in annotations
+            or labels.get(SIDECAR_INJECT_LABEL) == "true",
+            host_network=bool(spec.get("hostNetwork")),
+            os=os_name,
+            node=spec.get("nodeName"),
+            redirection=annotations.get(c.ANNOTATION_REDIRECTION),
+            phase=(pod.get("status") or {}).get("phase"),
+        )
+
+
+@dataclass
+class ClusterState:
+    """Caches fed by watches, and the trigger of the data-plane reconcile."""
+
+    mesh: dict[str, Any] | None = None
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    services: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    deployments: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    owned: dict[ObjectKey, dict[str, Any]] = field(default_factory=dict)
+    namespaces: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pods: dict[tuple[str, str], PodSummary] = field(default_factory=dict)
+    gateways: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    trigger: asyncio.Event = field(default_factory=asyncio.Event)
+    # Whether a pending change can alter what we write (a node, the spec, one
+    # of our objects) rather than only what status reports (pods, rollouts).
+    urgent: bool = False
+    # spec.namespace when the data plane refused it in its last pass (missing,
+    # being deleted, or not granted to the operator): nothing may be written
+    # there, istiod's waypoint class defaults included. None when accepted.
+    refused_namespace: str | None = None
+
+    # The event loop the reconcile runs on, set at start-up. asyncio.Event is not
+    # thread-safe: a poke from another thread (code run by asyncio.to_thread)
+    # is handed to the loop, or the loop might not wake up until other I/O does.
+    loop: asyncio.AbstractEventLoop | None = None
+
+    def poke(self, urgent: bool = True) -> None:
+        """Ask the reconcile loop to run: soon when urgent, else within seconds."""
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            try:
+                running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is not loop:
+                loop.call_soon_threadsafe(self.poke, urgent)
+                return
+        self.urgent = self.urgent or urgent
+        self.trigger.set()
+
+    def owned_by(self, controller: str) -> dict[ObjectKey, dict[str, Any]]:
+        """The prune set of one controller."""
+        return {
+            key: obj
+            for key, obj in self.owned.items()
+            if (obj.get("metadata", {}).get("labels") or {}).get(LABEL_CONTROLLER) == controller
+        }
+
+    def remember_owned(self, obj: dict[str, Any], deleted: bool = False) -> bool:
+        """Record a live object of ours (from a watch or a write response).
+
+        Never older over newer: a write's response can reach us after the
+        watch event of a later change (a DaemonSet controller's status
+        update, say), and a late watch event after a write's response. The
+        older one would stay until the object changes again: a rollout
+        that looks unobserved, or a stale resourceVersion for the next
+        write. False when `obj` was older than what we hold.
+        """
+        key = key_of(obj)
+        if deleted:
+            self.owned.pop(key, None)
+            return True
+        held = self.owned.get(key)
+        if held is not None and resource_version(held) > resource_version(obj):
+            return False
+        self.owned[key] = obj
+        return True

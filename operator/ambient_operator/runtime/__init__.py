@@ -1,0 +1,1 @@
+"""Generic machinery the controllers run on: the reconcile loop's pacing, leader election."""

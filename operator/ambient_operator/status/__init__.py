@@ -1,0 +1,1 @@
+"""Conditions, status and Events: pure verdicts and the one status writer."""
