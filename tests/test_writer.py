@@ -16,7 +16,7 @@ from kubernetes import client
 from ambient_operator.api import constants as c
 from ambient_operator.apply.ownership import conflict, may_prune
 from ambient_operator.apply.plan import Owner, prepare
-from ambient_operator.apply.writer import NameConflictError, prune, write
+from ambient_operator.apply.writer import NameConflictError, prune, write, write_by_name
 from ambient_operator.kube.client import Kube, KubeError, load_api_client
 from ambient_operator.kube.resources import KINDS
 from conftest import unique_name
@@ -194,3 +194,30 @@ def test_stale_resource_version_of_our_own_object_is_refreshed(
     assert live["data"] == {"a": "2"}
     assert int(live["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])
     assert core.read_namespaced_config_map("cm", namespace).metadata.labels["team"] == "x"
+
+
+def test_write_by_name_creates_updates_and_refuses_a_namesake(
+    kube: Kube, k8s: client.ApiClient, namespace: str
+) -> None:
+    core = client.CoreV1Api(k8s)
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "theirs"}, "data": {}})
+    theirs = kube.get(KINDS[("v1", "ConfigMap")], "theirs", namespace)
+    with pytest.raises(NameConflictError):
+        write_by_name(
+            kube, prepare(_config_map(namespace, "theirs", {"a": "1"}), None, "t"), theirs
+        )
+    assert core.read_namespaced_config_map("theirs", namespace).data is None
+
+    made = write_by_name(kube, prepare(_config_map(namespace, "ours", {"a": "1"}), None, "t"), None)
+    assert [(m["manager"], m["operation"]) for m in made["metadata"]["managedFields"]] == [
+        (c.FIELD_MANAGER, "Apply")
+    ]
+    again = write_by_name(
+        kube, prepare(_config_map(namespace, "ours", {"a": "2"}), None, "t"), made
+    )
+    assert again["data"] == {"a": "2"}
+    # The copy it was checked at is old now: the update is refused, not forced.
+    with pytest.raises(KubeError) as stale:
+        write_by_name(kube, prepare(_config_map(namespace, "ours", {"a": "3"}), None, "t"), made)
+    assert stale.value.status == 409
+    assert core.read_namespaced_config_map("ours", namespace).data == {"a": "2"}

@@ -120,6 +120,28 @@ def write(
     raise AssertionError("unreachable")
 
 
+def write_by_name(
+    kube: Kube, obj: Mapping[str, Any], live: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """Create or update an object of ours (by field manager) that RBAC grants by name only.
+
+    The chart may grant `create` of the MutatingWebhookConfiguration only with
+    its resourceNames, which a POST cannot carry (the name is in the body, not
+    the URL), so this object is created by server-side apply. Ownership is
+    checked first, and an update carries the resourceVersion it was checked
+    at; what remains is the moment between our read finding nothing and our
+    apply, in which somebody else's namesake would be merged into.
+    """
+    _refuse_unplaced(obj)
+    why = conflict(live, None)
+    if why is not None:
+        raise NameConflictError(why)
+    body = copy.deepcopy(dict(obj))
+    if live is not None:
+        body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
+    return kube.apply(body, force=True)
+
+
 def prune(
     kube: Kube,
     obj: Mapping[str, Any],

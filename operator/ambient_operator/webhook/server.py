@@ -37,7 +37,7 @@ from ambient_operator.api import constants as c
 from ambient_operator.api import metrics
 from ambient_operator.api.conditions import BadReviewReason, ErrorReason
 from ambient_operator.apply.plan import prepare, up_to_date
-from ambient_operator.apply.writer import create_new, replace, write
+from ambient_operator.apply.writer import create_new, replace, write_by_name
 from ambient_operator.cluster.facts import NodeFacts
 from ambient_operator.cluster.state import ClusterState
 from ambient_operator.kube.client import Kube, KubeError
@@ -561,7 +561,7 @@ class Webhook:
             return False
         # Ours by field manager: a configuration of that name made by anyone
         # else is refused (NameConflictError), not taken over.
-        write(self.kube, desired, live, None)
+        write_by_name(self.kube, desired, live)
         metrics.OBJECTS_APPLIED.labels(kind="MutatingWebhookConfiguration").inc()
         log.info("applied MutatingWebhookConfiguration %s", CONFIG_NAME)
         return True
