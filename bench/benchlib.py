@@ -4,10 +4,14 @@
   write is resolved with the monotonic clock reading at which the first
   matching watch event arrived, so every latency is what a client of the API
   server sees.
-- `BenchOperator`: `ambient-operator run` as a subprocess with its own user
-  (so the audit log tells its requests apart), its metrics and its peak RSS.
+- `BenchOperator`: the dev cluster's `OperatorProcess` (the one the tests
+  run too: `ambient-operator run` as its own user, so the audit log tells its
+  requests apart, with its metrics) plus its memory and a wait for quiet.
 - Quantiles, audit-log counting, the istio-system fixtures every benchmark
   needs, and a description of the machine.
+
+Waiting, the audit log and the AmbientMesh helpers are
+`ambient_devcluster.harness`'s, shared with the tests.
 """
 
 from __future__ import annotations
@@ -17,12 +21,8 @@ import json
 import os
 import platform
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -37,13 +37,18 @@ from ambient_devcluster import (
     default_bin_dir,
     install_istiod_objects,
 )
-from ambient_operator.api import constants as c
+from ambient_devcluster.harness import (
+    CRDS_DIR,
+    REPO_ROOT,
+    OperatorProcess,
+    create_mesh,
+    gateway_api_dir,
+    is_write,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-GATEWAY_API = ROOT / ".cache" / "gateway-api" / "v1.6"
+ROOT = REPO_ROOT
+GATEWAY_API = gateway_api_dir("v1.6")
 AGENTS_NS = "istio-system"
-OPERATOR_USER = "ambient-operator"
-WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 Event = tuple[str, dict[str, Any]]
 
 
@@ -71,26 +76,7 @@ def summary(values: list[float]) -> dict[str, float]:
     }
 
 
-# -- waiting -----------------------------------------------------------------------------
-
-
-def wait_until(
-    predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2
-) -> Any:
-    """Poll until `predicate` returns something truthy (exceptions mean "not yet")."""
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while True:
-        try:
-            value = predicate()
-        except Exception as exc:  # retried until the deadline
-            last = exc
-        else:
-            if value:
-                return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}") from last
-        time.sleep(interval)
+# -- watching ----------------------------------------------------------------------------
 
 
 class Expectation:
@@ -205,102 +191,51 @@ def named(name: str, kind: str | None = None) -> Callable[[str, dict[str, Any]],
 # -- the operator ------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    """A loopback port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def proc_status_kib(pid: int, field: str) -> int:
+    """A KiB field (VmHWM, VmRSS, ...) of /proc/`pid`/status (0 if unreadable)."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1])
+    return 0
 
 
-class BenchOperator:
-    """`ambient-operator run` as a subprocess, with metrics and peak memory."""
+class BenchOperator(OperatorProcess):
+    """The operator at log level warning, with its peak memory and a wait for quiet."""
 
     def __init__(self, cluster: LocalCluster, log_path: Path, extra_args: Iterable[str] = ()):
-        self.kubeconfig = cluster.user_kubeconfig(OPERATOR_USER, ["system:masters"])
-        self.log_path = log_path
-        self.extra_args = list(extra_args)
-        self.metrics_port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.started_at = 0.0
+        super().__init__(
+            cluster,
+            log_path.parent,
+            list(extra_args),
+            log_name=log_path.name,
+            health_port=0,
+            log_level="warning",
+        )
         self.peak_rss_kib = 0
-
-    def start(self, extra_args: Iterable[str] = ()) -> None:
-        """Start the process (again); `started_at` is the monotonic time of the spawn."""
-        with self.log_path.open("ab") as log:
-            self.started_at = time.monotonic()
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable, "-m", "ambient_operator.cli.main", "run",
-                    "--kubeconfig", str(self.kubeconfig),
-                    "--metrics-port", str(self.metrics_port), "--health-port", "0",
-                    "--log-level", "warning",
-                    *self.extra_args, *extra_args,
-                ],
-                stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )  # fmt: skip
 
     def rss_kib(self) -> int:
         """VmHWM (peak resident set) of the running process, in KiB; also kept as a max."""
-        if self.proc is None:
-            return self.peak_rss_kib
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    self.peak_rss_kib = max(self.peak_rss_kib, int(line.split()[1]))
+        if self.proc is not None:
+            self.peak_rss_kib = max(self.peak_rss_kib, proc_status_kib(self.proc.pid, "VmHWM"))
         return self.peak_rss_kib
 
     def rss_now_kib(self) -> int:
         """VmRSS (current resident set) of the running process, in KiB (0 if not running)."""
-        if self.proc is None:
-            return 0
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        return 0
+        return 0 if self.proc is None else proc_status_kib(self.proc.pid, "VmRSS")
 
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL after 30 s."""
-        if self.proc is None:
-            return
-        self.rss_kib()
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        self.proc = None
-
-    def alive(self) -> bool:
-        """Whether the process runs."""
-        return self.proc is not None and self.proc.poll() is None
-
-    def metrics(self) -> dict[str, float]:
-        """The /metrics page as {'name{labels}': value}."""
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            text = resp.read().decode()
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                out[name] = float(value)
-        return out
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
+        """Read its peak memory, then stop it (SIGKILL after `timeout` s)."""
+        if self.proc is not None:
+            self.rss_kib()
+        super().stop(sig, timeout)
 
     def metric(self, name: str, **labels: str) -> float:
         """Sum of a metric's samples whose labels include `labels` (0 if unreachable)."""
         try:
-            samples = self.metrics()
+            return super().metric(name, **labels)
         except OSError:
             return 0.0
-        total = 0.0
-        for key, value in samples.items():
-            base, _, rest = key.partition("{")
-            if base == name and all(f'{k}="{v}"' in rest for k, v in labels.items()):
-                total += value
-        return total
 
     def passes(self) -> tuple[float, float]:
         """(reconcile passes started, finished) of the data-plane controller."""
@@ -336,39 +271,6 @@ class BenchOperator:
 # -- the audit log -----------------------------------------------------------------------
 
 
-class Audit:
-    """The API server's audit log (JSON lines), read from byte offsets."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def mark(self) -> int:
-        """An offset: reads after it see only later requests."""
-        return self.path.stat().st_size if self.path.exists() else 0
-
-    def events(
-        self, since: int = 0, until: int | None = None, user: str = OPERATOR_USER
-    ) -> list[dict[str, Any]]:
-        """Completed requests of `user` logged between two marks."""
-        if not self.path.exists():
-            return []
-        with self.path.open("rb") as fh:
-            fh.seek(since)
-            data = fh.read(-1 if until is None else max(0, until - since))
-        out = []
-        for line in data.decode(errors="replace").splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue  # a line being written right now
-            if (
-                event.get("stage") == "ResponseComplete"
-                and (event.get("user") or {}).get("username") == user
-            ):
-                out.append(event)
-        return out
-
-
 def by_verb(events: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """Request counts by audit verb (get, list, watch, create, patch, ...)."""
     return dict(sorted(Counter(str(e.get("verb")) for e in events).items()))
@@ -378,7 +280,7 @@ def writes(events: Iterable[Mapping[str, Any]]) -> list[str]:
     """'verb resource name' of each write request."""
     out = []
     for e in events:
-        if e.get("verb") in WRITE_VERBS:
+        if is_write(e):
             ref = e.get("objectRef") or {}
             sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
             out.append(f"{e['verb']} {ref.get('resource')}{sub} {ref.get('name', '')}".strip())
@@ -390,44 +292,10 @@ def writes(events: Iterable[Mapping[str, Any]]) -> list[str]:
 
 def install_basics(api: client.ApiClient, mesh_spec: Mapping[str, Any] | None = None) -> None:
     """Our CRDs, Gateway API v1.6, istiod's chart objects, kube-dns, and the AmbientMesh."""
-    apply_dirs(api, [ROOT / "crds", GATEWAY_API], timeout=120)
+    apply_dirs(api, [CRDS_DIR, GATEWAY_API], timeout=120)
     # What the operator reads of istiod, as upstream's chart renders it.
     install_istiod_objects(api, default_bin_dir(), AGENTS_NS)
-    client.CustomObjectsApi(api).create_cluster_custom_object(
-        c.API_GROUP,
-        c.API_VERSION,
-        c.PLURAL,
-        {
-            "apiVersion": f"{c.API_GROUP}/{c.API_VERSION}",
-            "kind": c.KIND,
-            "metadata": {"name": c.MESH_NAME},
-            "spec": dict(mesh_spec or {}),
-        },
-    )
-
-
-def get_mesh(api: client.ApiClient) -> dict[str, Any]:
-    """The AmbientMesh `default` as a dict."""
-    obj: dict[str, Any] = client.CustomObjectsApi(api).get_cluster_custom_object(
-        c.API_GROUP, c.API_VERSION, c.PLURAL, c.MESH_NAME
-    )
-    return obj
-
-
-def condition(obj: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    """One status condition of an object ({} when absent)."""
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == kind:
-            return dict(cond)
-    return {}
-
-
-def current(obj: Mapping[str, Any], kind: str, status: str = "True") -> bool:
-    """The condition has `status` for the object's current generation."""
-    cond = condition(obj, kind)
-    return cond.get("status") == status and cond.get("observedGeneration") == obj["metadata"].get(
-        "generation"
-    )
+    create_mesh(api, mesh_spec or {})
 
 
 def kube_version(api: client.ApiClient) -> str:

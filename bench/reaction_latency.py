@@ -51,21 +51,23 @@ from ambient_devcluster import (
     parse_inventory,
     to_kwok_node,
 )
+from ambient_devcluster.harness import (
+    SAMPLE_NODES,
+    current,
+    get_mesh,
+    wait_for,
+    ws2025_node,
+)
 from ambient_operator.api import constants as c
 from benchlib import (
     AGENTS_NS,
     BenchOperator,
     Watcher,
-    current,
-    get_mesh,
     install_basics,
     named,
     summary,
-    wait_until,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLE_NODES = ROOT / "operator/ambient_operator/samples/nodes-mixed.yaml"
 GW_GROUP, GW_VERSION = "gateway.networking.k8s.io", "v1"
 WAYPOINT_CLASS = "ambient-waypoint"
 WS2025_ZTUNNEL = "ztunnel-windows-ltsc2025"
@@ -96,31 +98,6 @@ def s390x_node(name: str) -> dict[str, Any]:
     )
     del body["metadata"]["annotations"][KWOK_NODE_ANNOTATION]
     return body
-
-
-def ws2025_node(name: str) -> dict[str, Any]:
-    """A WS2025 kwok node, created in one request (status and kwok annotation included)."""
-    return to_kwok_node(
-        {
-            "metadata": {
-                "name": name,
-                "labels": {
-                    c.LABEL_OS: "windows",
-                    c.LABEL_ARCH: "amd64",
-                    c.LABEL_WINDOWS_BUILD: c.BUILD_WS2025,
-                },
-            },
-            "spec": {"taints": [{"key": "os", "value": "windows", "effect": "NoSchedule"}]},
-            "status": {
-                "nodeInfo": {
-                    "operatingSystem": "windows",
-                    "architecture": "amd64",
-                    "kernelVersion": "10.0.26100.2314",
-                    "osImage": "Windows Server 2025 Datacenter",
-                }
-            },
-        }
-    )
 
 
 def gateway(name: str, class_name: str = WAYPOINT_CLASS) -> dict[str, Any]:
@@ -414,7 +391,7 @@ def node_join(
                 )
             )
             started = time.monotonic()
-            core.create_node(ws2025_node(name))
+            core.create_node(to_kwok_node(ws2025_node(name)))
             samples["create request"].append(time.monotonic() - started)
             samples["ztunnel"].append(ztunnel.wait(TIMEOUT, WS2025_ZTUNNEL) - started)
             samples["istio-cni"].append(cni.wait(TIMEOUT, WS2025_CNI) - started)
@@ -438,8 +415,8 @@ def prepare(cluster: LocalCluster, api: client.ApiClient, workdir: Path) -> Benc
     install_basics(api)
     op = BenchOperator(cluster, workdir / "operator-reaction.log")
     op.start()
-    wait_until(lambda: current(get_mesh(api), "Ready"), 180, "AmbientMesh Ready=True")
-    wait_until(
+    wait_for(lambda: current(get_mesh(api), "Ready"), 180, "AmbientMesh Ready=True")
+    wait_for(
         lambda: any(
             current(gc, "Accepted")
             for gc in client.CustomObjectsApi(api)

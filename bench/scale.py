@@ -41,19 +41,17 @@ from kubernetes.client.exceptions import ApiException
 
 import render_scale
 from ambient_devcluster import LocalCluster, default_bin_dir, to_kwok_node
+from ambient_devcluster.harness import AuditLog, current, get_mesh, wait_for
 from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.cluster.facts import ClusterFacts
 from ambient_operator.render import render_dataplane
 from benchlib import (
     AGENTS_NS,
-    Audit,
     BenchOperator,
     by_verb,
-    current,
-    get_mesh,
     install_basics,
-    wait_until,
+    proc_status_kib,
     writes,
 )
 
@@ -194,7 +192,7 @@ def populate(
         )
         return not waiting and len(json.loads(roots.data)["items"]) >= scale.namespaces
 
-    wait_until(settled, 900, "every pod Running and every namespace's root CA", interval=2)
+    wait_for(settled, 900, "every pod Running and every namespace's root CA", interval=2)
     populate_s = time.monotonic() - began
     progress(f"scale: cluster populated and settled in {populate_s:.0f}s")
     return {
@@ -257,14 +255,6 @@ class Progress:
         return self._mark("converged", ready and programmed)
 
 
-def _status_kib(pid: int, field: str) -> int:
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(f"{field}:"):
-                return int(line.split()[1])
-    return 0
-
-
 def _cpu_seconds(pid: int) -> float:
     with contextlib.suppress(OSError):
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -281,7 +271,7 @@ def measure(
 ) -> dict[str, Any]:
     """Populate, start the operator, time its convergence, then count a no-op restart."""
     api = _client(cluster.kubeconfig)
-    audit = Audit(cluster.audit_log)
+    audit = AuditLog(cluster.audit_log)
     install_basics(api)
     expected = populate(api, scale, progress)
     op = BenchOperator(cluster, workdir / "operator-scale.log")
@@ -295,7 +285,7 @@ def measure(
         mark = audit.mark()
         op.start()
         watch_progress = Progress(api, expected, op.started_at)
-        wait_until(watch_progress.check, timeout, "convergence", interval=0.5)
+        wait_for(watch_progress.check, timeout, "convergence", interval=0.5)
         converged_mark = audit.mark()
         assert op.proc is not None
         result["cpu_s"] = _cpu_seconds(op.proc.pid)
@@ -321,13 +311,13 @@ def measure(
                 or op.metric("ambient_operator_reconcile_total", controller="waypoints") >= 2
             )
 
-        wait_until(passes, 180, "a first pass and two resyncs after the restart", interval=0.5)
+        wait_for(passes, 180, "a first pass and two resyncs after the restart", interval=0.5)
         noop = audit.events(mark)
         result["noop_requests"] = by_verb(noop)
         result["noop_writes"] = writes(noop)
         result["rss_peak_kib"] = op.rss_kib()
         assert op.proc is not None
-        result["rss_restart_peak_kib"] = _status_kib(op.proc.pid, "VmHWM")
+        result["rss_restart_peak_kib"] = proc_status_kib(op.proc.pid, "VmHWM")
         result["rss_steady_kib"] = op.rss_now_kib()
         result["operator_survived"] = op.alive()
     finally:

@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -35,17 +32,16 @@ from typing import Any
 from kubernetes import client, watch
 
 from ambient_devcluster import LocalCluster, apply_dirs, create_nodes
-from ambient_operator.api import constants as c
+from ambient_devcluster.harness import (
+    CRDS_DIR,
+    SAMPLE_NODES,
+    OperatorProcess,
+    create_mesh,
+    gateway_api_dir,
+)
+from benchlib import quantile
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLE_NODES = ROOT / "operator" / "ambient_operator" / "samples" / "nodes-mixed.yaml"
 GROUP, VERSION = "gateway.networking.k8s.io", "v1"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class FirstSeen:
@@ -168,12 +164,6 @@ def _run_mode(
     }
 
 
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print a table (and JSON with --json)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -188,42 +178,12 @@ def main(argv: list[str] | None = None) -> int:
         LocalCluster(Path(tmp) / "cluster", verbose=False) as cluster,
         cluster.api_client() as api,
     ):
-        apply_dirs(api, [ROOT / "crds", ROOT / ".cache" / "gateway-api" / args.gateway_api])
+        apply_dirs(api, [CRDS_DIR, gateway_api_dir(args.gateway_api)])
         create_nodes(api, SAMPLE_NODES, timeout=60)
         client.CoreV1Api(api).create_namespace({"metadata": {"name": "istio-system"}})
-        client.CustomObjectsApi(api).create_cluster_custom_object(
-            c.API_GROUP,
-            c.API_VERSION,
-            c.PLURAL,
-            {
-                "apiVersion": f"{c.API_GROUP}/{c.API_VERSION}",
-                "kind": c.KIND,
-                "metadata": {"name": c.MESH_NAME},
-                "spec": {},
-            },
-        )
-        kubeconfig = cluster.user_kubeconfig("ambient-operator", ["system:masters"])
-        log_path = Path(tmp) / "operator.log"
-        with log_path.open("wb") as log:
-            operator = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "ambient_operator.cli.main",
-                    "run",
-                    "--kubeconfig",
-                    str(kubeconfig),
-                    "--metrics-port",
-                    str(_free_port()),
-                    "--health-port",
-                    str(_free_port()),
-                    "--log-level",
-                    "warning",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
+        create_mesh(api, {})
+        operator = OperatorProcess(cluster, Path(tmp), log_level="warning")
+        operator.start()
         try:
             # Warm up: the class exists and one waypoint went all the way.
             _run_mode(api, "bench-warmup", 1, burst=False)
@@ -231,16 +191,10 @@ def main(argv: list[str] | None = None) -> int:
             results["burst"] = _run_mode(api, "bench-burst", args.count, True)
         except Exception:
             # The work directory goes away with the cluster: show why now.
-            tail = log_path.read_text(errors="replace").splitlines()[-40:]
-            print("\n".join(["operator log (last lines):", *tail]), file=sys.stderr)
+            print(f"operator log (last lines):\n{operator.log_tail(40)}", file=sys.stderr)
             raise
         finally:
-            operator.terminate()
-            try:
-                operator.wait(30)
-            except subprocess.TimeoutExpired:
-                operator.kill()
-                operator.wait(10)
+            operator.stop()
 
     print(f"\nGateway created -> Programmed=True, kwok, Gateway API {args.gateway_api}")
     print("(applied: its Deployment exists; available: a pod is ready; programmed: status says so)")
@@ -251,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{mode:<14} {len(done):>4} {statistics.median(samples['applied']):>12.2f} "
             f"{statistics.median(samples['available']):>14.2f} {statistics.median(done):>7.2f} "
-            f"{_quantile(done, 0.90):>7.2f} {_quantile(done, 0.99):>7.2f} {max(done):>7.2f}"
+            f"{quantile(done, 0.90):>7.2f} {quantile(done, 0.99):>7.2f} {max(done):>7.2f}"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

@@ -17,15 +17,12 @@ from __future__ import annotations
 import argparse
 import base64
 import os
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -39,56 +36,24 @@ from ambient_devcluster import (
     create_nodes,
     default_bin_dir,
 )
+from ambient_devcluster.harness import (
+    CRDS_DIR,
+    SAMPLE_NODES,
+    OperatorProcess,
+    create_mesh,
+    create_namespace,
+    free_port,
+    wait_for,
+    webhook_args,
+    ws2022_pod,
+)
 from ambient_operator.api import constants as c
 from ambient_operator.webhook import certs
 from ambient_operator.webhook import decide as d
+from benchlib import quantile
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLE_NODES = ROOT / "operator/ambient_operator/samples/nodes-mixed.yaml"
 NULL_WEBHOOK = "null.bench.ambientoperator.io"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _pod(name: str) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "nodeSelector": {c.LABEL_OS: "windows", c.LABEL_WINDOWS_BUILD: c.BUILD_WS2022},
-            "tolerations": [{"key": "os", "operator": "Exists"}],
-            "containers": [{"name": "app", "image": "example.com/app:1"}],
-        },
-    }
-
-
-def _wait(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except Exception:  # not yet
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"timed out waiting for {what}")
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
-
-
-def _metric(port: int, name: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        for line in resp.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[-1])
-    return 0.0
 
 
 def _server_webhook_histogram(api: client.ApiClient, exclude: str = NULL_WEBHOOK) -> dict[str, Any]:
@@ -150,7 +115,7 @@ def _creator(
             shift = i % len(kinds)
             for kind in kinds[shift:] + kinds[:shift]:
                 started = time.perf_counter()
-                core.create_namespaced_pod(namespaces[kind], _pod(f"{name}-{i}"))
+                core.create_namespaced_pod(namespaces[kind], ws2022_pod(f"{name}-{i}"))
                 elapsed = time.perf_counter() - started
                 with lock:
                     results[kind].append(elapsed)
@@ -186,7 +151,7 @@ def _dry_runs(
     for i in range(count):
         for kind in ("with", "without") if i % 2 == 0 else ("without", "with"):
             started = time.perf_counter()
-            core.create_namespaced_pod(namespaces[kind], _pod(f"dry-{i}"), dry_run="All")
+            core.create_namespaced_pod(namespaces[kind], ws2022_pod(f"dry-{i}"), dry_run="All")
             results[kind].append(time.perf_counter() - started)
     return results
 
@@ -195,8 +160,8 @@ def _report(title: str, results: dict[str, list[float]]) -> float:
     """Print one table; return the p99 added latency in ms."""
     with_ms = [x * 1000 for x in results["with"]]
     without_ms = [x * 1000 for x in results["without"]]
-    p50w, p99w = _percentile(with_ms, 0.50), _percentile(with_ms, 0.99)
-    p50o, p99o = _percentile(without_ms, 0.50), _percentile(without_ms, 0.99)
+    p50w, p99w = quantile(with_ms, 0.50), quantile(with_ms, 0.99)
+    p50o, p99o = quantile(without_ms, 0.50), quantile(without_ms, 0.99)
     print(f"{title} ({len(with_ms)} creates per side)")
     print(f"{'':22}{'p50 ms':>10}{'p99 ms':>10}{'mean ms':>10}")
     print(f"{'with webhook':22}{p50w:10.2f}{p99w:10.2f}{statistics.fmean(with_ms):10.2f}")
@@ -204,26 +169,6 @@ def _report(title: str, results: dict[str, list[float]]) -> float:
     print(f"{'added':22}{p50w - p50o:10.2f}{p99w - p99o:10.2f}")
     print(f"{'ratio with/without':22}{p50w / p50o:10.2f}{p99w / p99o:10.2f}")
     return p99w - p99o
-
-
-def _start_operator(
-    cluster: LocalCluster, log_path: Path, port: int, metrics_port: int, tls_namespace: str
-) -> subprocess.Popen[bytes]:
-    kubeconfig = cluster.user_kubeconfig("ambient-operator", ["system:masters"])
-    with log_path.open("wb") as log:
-        return subprocess.Popen(
-            [
-                sys.executable, "-m", "ambient_operator.cli.main", "run",
-                "--kubeconfig", str(kubeconfig),
-                "--metrics-port", str(metrics_port), "--health-port", "0",
-                "--log-level", "warning",
-                "--webhook-url", f"https://127.0.0.1:{port}",
-                "--webhook-listen-address", "127.0.0.1", "--webhook-port", str(port),
-                "--webhook-namespace", tls_namespace,
-            ],
-            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
 
 
 def _start_null_webhook(
@@ -234,7 +179,7 @@ def _start_null_webhook(
     cert, key = workdir / "null.crt", workdir / "null.key"
     cert.write_bytes(material.cert)
     key.write_bytes(material.key)
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "bench" / "null_webhook.py"), "--port", str(port),
          "--cert-file", str(cert), "--key-file", str(key)],
@@ -278,24 +223,12 @@ def _has_init(pod: Any, name: str) -> bool:
 
 
 def _setup(api: client.ApiClient, namespaces: dict[str, str]) -> None:
-    core = client.CoreV1Api(api)
     create_nodes(api, SAMPLE_NODES, timeout=60)
-    apply_dirs(api, [ROOT / "crds"], timeout=60)
-    client.CustomObjectsApi(api).create_cluster_custom_object(
-        "ambientoperator.io",
-        "v1alpha1",
-        "ambientmeshes",
-        {
-            "apiVersion": "ambientoperator.io/v1alpha1",
-            "kind": "AmbientMesh",
-            "metadata": {"name": "default"},
-            "spec": {},
-        },
-    )
+    apply_dirs(api, [CRDS_DIR], timeout=60)
+    create_mesh(api, {})
     for kind, name in namespaces.items():
         labels = {c.LABEL_DATAPLANE_MODE: "ambient"} if kind == "with" else {}
-        core.create_namespace({"metadata": {"name": name, "labels": labels}})
-        _wait(lambda n=name: core.read_namespaced_service_account("default", n), 30, "SA")
+        create_namespace(api, name, labels)
 
 
 def measure(
@@ -320,23 +253,33 @@ def measure(
     ):
         core = client.CoreV1Api(api)
         _setup(api, namespaces)
-        port, metrics_port = _free_port(), _free_port()
-        proc = _start_operator(cluster, Path(tmp) / "operator.log", port, metrics_port,
-                               namespaces["tls"])  # fmt: skip
+        port = free_port()
+        operator = OperatorProcess(
+            cluster,
+            Path(tmp),
+            webhook_args(port, namespaces["tls"]),
+            health_port=0,
+            log_level="warning",
+        )
+        operator.start()
         null = _start_null_webhook(api, Path(tmp), namespaces["null"])
         try:
 
             def mutated() -> bool:
-                out = core.create_namespaced_pod(namespaces["with"], _pod("probe"), dry_run="All")
+                out = core.create_namespaced_pod(
+                    namespaces["with"], ws2022_pod("probe"), dry_run="All"
+                )
                 return any(ct.name == d.CONTAINER_NAME for ct in out.spec.init_containers or [])
 
-            _wait(mutated, 90, "the webhook")
+            wait_for(mutated, 90, "the webhook")
 
             def null_mutated() -> bool:
-                out = core.create_namespaced_pod(namespaces["null"], _pod("probe"), dry_run="All")
+                out = core.create_namespaced_pod(
+                    namespaces["null"], ws2022_pod("probe"), dry_run="All"
+                )
                 return _has_init(out, "null-webhook")
 
-            _wait(null_mutated, 60, "the null webhook")
+            wait_for(null_mutated, 60, "the null webhook")
             idle = _dry_runs(core, namespaces, dry_runs)
             _round(cluster.kubeconfig, namespaces, creators, warmup, "warm")
             results = _round(cluster.kubeconfig, namespaces, creators, pods_per_creator, "bench")
@@ -345,17 +288,13 @@ def measure(
             null_stored = core.list_namespaced_pod(namespaces["null"]).items
             null_injected = sum(1 for p in null_stored if _has_init(p, "null-webhook"))
             seen_by_server = _server_webhook_histogram(api)
-            reviews = _metric(metrics_port, "ambient_operator_webhook_decision_seconds_count")
-            decide_sum = _metric(metrics_port, "ambient_operator_webhook_decision_seconds_sum")
-            serve_sum = _metric(metrics_port, "ambient_operator_webhook_request_seconds_sum")
+            reviews = operator.metric("ambient_operator_webhook_decision_seconds_count")
+            decide_sum = operator.metric("ambient_operator_webhook_decision_seconds_sum")
+            serve_sum = operator.metric("ambient_operator_webhook_request_seconds_sum")
         finally:
             null.kill()
             null.wait()
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            operator.stop()
 
     return {
         "server_webhook": seen_by_server,

@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -38,10 +36,17 @@ from ambient_devcluster import (
     create_nodes,
     default_bin_dir,
 )
+from ambient_devcluster.harness import (
+    SAMPLES_DIR,
+    OperatorProcess,
+    free_port,
+    wait_for,
+    webhook_args,
+)
 from ambient_operator.webhook.decide import ANNOTATION, CONTAINER_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT / "operator" / "ambient_operator" / "samples"
+SAMPLES = SAMPLES_DIR
 NS = "demo"
 MESH = ("ambientoperator.io", "v1alpha1", "ambientmeshes", "default")
 
@@ -53,63 +58,20 @@ def say(text: str) -> None:
 
 def wait(what: str, predicate: Callable[[], Any], timeout: float = 120.0) -> bool:
     """Poll until truthy; report a timeout instead of failing the demo."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            if predicate():
-                return True
-        time.sleep(0.5)
-    say(f"(gave up waiting for {what} after {timeout:.0f}s)")
-    return False
-
-
-def free_port() -> int:
-    """A free loopback port."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    try:
+        wait_for(predicate, timeout, what, interval=0.5)
+    except TimeoutError:
+        say(f"(gave up waiting for {what} after {timeout:.0f}s)")
+        return False
+    return True
 
 
 @contextlib.contextmanager
-def operator_process(cluster: LocalCluster, workdir: Path) -> Iterator[subprocess.Popen[bytes]]:
+def operator_process(cluster: LocalCluster, workdir: Path) -> Iterator[OperatorProcess]:
     """`ambient-operator run` with the webhook on loopback, logging to a file."""
-    port = free_port()
-    log = (workdir / "operator.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ambient_operator.cli.main",
-            "run",
-            "--kubeconfig",
-            str(cluster.user_kubeconfig("ambient-operator", ["system:masters"])),
-            "--metrics-port",
-            str(free_port()),
-            "--health-port",
-            str(free_port()),
-            "--webhook-url",
-            f"https://127.0.0.1:{port}",
-            "--webhook-listen-address",
-            "127.0.0.1",
-            "--webhook-port",
-            str(port),
-            "--webhook-namespace",
-            "istio-system",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=ROOT,
-    )
-    try:
-        yield proc
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+    operator = OperatorProcess(cluster, workdir, webhook_args(free_port(), "istio-system"))
+    with operator.running():
+        yield operator
 
 
 def workloads() -> list[dict[str, Any]]:
@@ -395,7 +357,7 @@ def main() -> int:
             wait("the AmbientMesh to count them", counted, 60)
             report(api, kubectl)
             istio_report(api, istio)
-            if proc.poll() is not None:
+            if not proc.alive():
                 say("the operator exited early; see .cache/demo/operator.log")
                 return 1
         say("stopping the operator and the control plane")

@@ -19,11 +19,9 @@ import math
 import os
 import re
 import signal
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -40,8 +38,16 @@ from ambient_devcluster import (
     find_processes,
     wait_processes_gone,
 )
+from ambient_devcluster.harness import (
+    REPO_ROOT,
+    SAMPLE_NODES,
+    create_namespace,
+    gateway_api_dir,
+    wait_for,
+)
 
-T = TypeVar("T")
+# Re-exported: tests import them from here.
+__all__ = ["BIN_DIR", "REPO_ROOT", "SAMPLE_NODES", "ignoring", "unique_name", "wait_for"]
 
 # Examples per property test, relative to the counts the tests name.
 PROFILE_SCALE = {"default": 1.0, "quick": 0.1, "thorough": 10.0}
@@ -74,40 +80,6 @@ def ignoring(*statuses: int) -> Iterator[None]:
 
 
 BIN_DIR = default_bin_dir()
-SAMPLE_NODES = (
-    Path(__file__).resolve().parents[1]
-    / "operator"
-    / "ambient_operator"
-    / "samples"
-    / "nodes-mixed.yaml"
-)
-
-
-def wait_for(
-    predicate: Callable[[], T | None],
-    timeout: float = 30.0,
-    message: str = "condition",
-    interval: float = 0.2,
-) -> T:
-    """Poll ``predicate`` until it returns something truthy and return that.
-
-    Exceptions from the predicate count as "not yet" (an object may not exist
-    yet); the last one is chained to the ``TimeoutError`` raised at the
-    deadline.
-    """
-    deadline = time.monotonic() + timeout
-    last_exc: Exception | None = None
-    while True:
-        try:
-            value = predicate()
-        except Exception as exc:  # retried until the deadline
-            last_exc = exc
-        else:
-            if value:
-                return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {message}") from last_exc
-        time.sleep(interval)
 
 
 def binaries_present(bin_dir: Path = BIN_DIR) -> bool:
@@ -190,21 +162,10 @@ def unique_name(prefix: str) -> str:
 @pytest.fixture
 def namespace(k8s: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace whose ``default`` ServiceAccount exists; deleted after the test."""
-    core = client.CoreV1Api(k8s)
-    name = unique_name(f"t-{request.node.name}")
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    # Pods are rejected until the serviceaccount controller made "default".
-    wait_for(
-        lambda: core.read_namespaced_service_account("default", name),
-        timeout=30,
-        message=f"ServiceAccount default in {name}",
-    )
+    name = create_namespace(k8s, unique_name(f"t-{request.node.name}"))
     yield name
     with contextlib.suppress(ApiException):
-        core.delete_namespace(name)
-
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
+        client.CoreV1Api(k8s).delete_namespace(name)
 
 
 @pytest.fixture(scope="session")
@@ -220,7 +181,7 @@ def gateway_api_crds(k8s: client.ApiClient) -> None:
     The policy rejects Gateway API CRDs older than v1.5 afterwards, so tests
     that need v1.4 must use their own cluster.
     """
-    folder = REPO_ROOT / ".cache" / "gateway-api" / "v1.6"
+    folder = gateway_api_dir("v1.6")
     if not folder.is_dir():
         pytest.fail(f"{folder} missing; run hack/build-binaries.sh")
     apply_dirs(k8s, [folder], timeout=60)

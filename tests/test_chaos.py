@@ -52,6 +52,12 @@ from ambient_devcluster import (
     delete_nodes,
     install_istiod_objects,
 )
+from ambient_devcluster.harness import (
+    borrowed_mesh,
+    condition,
+    get_mesh,
+    set_mesh_spec,
+)
 from ambient_operator.api import constants as c
 from ambient_operator.app.operator import OWNED_API_KINDS
 from ambient_operator.kube.client import Kube, load_api_client
@@ -60,7 +66,6 @@ from conftest import BIN_DIR, ignoring, unique_name, wait_for
 from operator_harness import OPERATOR_USER, AuditLog, RunningOperator
 from write_gate import WriteGate
 
-GROUP, VERSION, PLURAL = c.API_GROUP, c.API_VERSION, c.PLURAL
 GW_GROUP, GW_VERSION = "gateway.networking.k8s.io", "v1"
 AGENTS_NS = "istio-system"
 SELECTOR = f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY},ambientoperator.io/controller=dataplane"
@@ -82,60 +87,11 @@ def istio_env(k8s: client.ApiClient, sample_nodes: list[str], crds_installed: No
     install_istiod_objects(k8s, BIN_DIR, AGENTS_NS)
 
 
-def _custom(k8s: client.ApiClient) -> client.CustomObjectsApi:
-    return client.CustomObjectsApi(k8s)
-
-
-def _mesh(k8s: client.ApiClient) -> dict[str, Any]:
-    obj: dict[str, Any] = _custom(k8s).get_cluster_custom_object(GROUP, VERSION, PLURAL, "default")
-    return obj
-
-
-def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == kind:
-            return dict(cond)
-    return {}
-
-
-def _set_spec(k8s: client.ApiClient, spec: dict[str, Any]) -> dict[str, Any]:
-    """Replace the whole spec; returns the stored object."""
-    obj: dict[str, Any] = _custom(k8s).patch_cluster_custom_object(
-        GROUP,
-        VERSION,
-        PLURAL,
-        "default",
-        [{"op": "replace", "path": "/spec", "value": spec}],
-        _content_type="application/json-patch+json",
-    )
-    return obj
-
-
 @pytest.fixture(scope="module")
 def mesh(k8s: client.ApiClient, istio_env: None) -> Iterator[None]:
     """The shared AmbientMesh with every default; its spec (or absence) restored afterwards."""
-    custom = _custom(k8s)
-    try:
-        original: dict[str, Any] | None = _mesh(k8s)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-        original = None
-    if original is None:
-        custom.create_cluster_custom_object(
-            GROUP,
-            VERSION,
-            PLURAL,
-            {"apiVersion": f"{GROUP}/{VERSION}", "kind": c.KIND, "metadata": {"name": "default"}},
-        )
-    else:
-        _set_spec(k8s, {})
-    yield
-    if original is None:
-        with contextlib.suppress(ApiException):
-            custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, "default")
-    else:
-        _set_spec(k8s, original.get("spec") or {})
+    with borrowed_mesh(k8s, lambda _original: None):
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -215,7 +171,7 @@ def _daemonset_problems(
 
 def divergence(k8s: client.ApiClient, kube: Kube) -> list[str]:
     """Everything that differs between the cluster and the oracle's answer ([] = converged)."""
-    mesh = _mesh(k8s)
+    mesh = get_mesh(k8s)
     spec = mesh.get("spec") or {}
     nodes = live_nodes(k8s)
     wanted = oracle.objects(spec, nodes)
@@ -238,7 +194,7 @@ def divergence(k8s: client.ApiClient, kube: Kube) -> list[str]:
         controllers = [r for r in refs if r.get("controller")]
         if len(controllers) != 1 or controllers[0].get("uid") != uid or len(refs) != 1:
             problems.append(f"owner references of {key}: {refs}")
-    reconciled = _condition(mesh, "Reconciled")
+    reconciled = condition(mesh, "Reconciled")
     if reconciled.get("observedGeneration") != mesh["metadata"]["generation"]:
         problems.append(f"status not reconciled for generation {mesh['metadata']['generation']}")
     elif reconciled.get("status") != "True":
@@ -378,7 +334,7 @@ def test_sigkill_mid_reconcile_converges_to_the_same_state(
                 # least (objects applied or pruned, then the status) is held.
                 kill_at = rng.randint(1, least)
                 gate.arm(kill_at)
-                _set_spec(k8s, copy.deepcopy(spec))
+                set_mesh_spec(k8s, copy.deepcopy(spec))
                 held = gate.held.wait(60)
                 operator.stop(signal.SIGKILL)
                 gate.disarm()
@@ -395,7 +351,7 @@ def test_sigkill_mid_reconcile_converges_to_the_same_state(
         raise
     finally:
         as_operator.close()
-        _set_spec(k8s, {})
+        set_mesh_spec(k8s, {})
         delete_nodes(k8s, names, wait=False)
         with ignoring(404):
             core.delete_namespace(chaos_ns)
@@ -416,13 +372,13 @@ def test_operator_survives_a_control_plane_restart(
     wait_converged(k8s, kube, "converged before the restart", operator)
     assert operator.proc is not None
     pid = operator.proc.pid
-    _set_spec(k8s, {"logLevel": "debug"})  # a change in flight when the server goes
+    set_mesh_spec(k8s, {"logLevel": "debug"})  # a change in flight when the server goes
     cluster.restart(component, graceful=False)
     wait_converged(k8s, kube, f"the change made just before {component} restarted", operator)
-    _set_spec(k8s, {"logLevel": "warn"})
+    set_mesh_spec(k8s, {"logLevel": "warn"})
     wait_converged(k8s, kube, f"a change made after {component} restarted", operator)
     assert operator.alive() and operator.proc is not None and operator.proc.pid == pid
-    _set_spec(k8s, {})
+    set_mesh_spec(k8s, {})
     wait_converged(k8s, kube, "back to the defaults", operator)
 
 
@@ -491,7 +447,7 @@ def test_two_replicas_one_leader_and_a_takeover_at_the_first_chance(
 
         # One acts: a change is reconciled, and only the leader wrote anything.
         mark = audit.mark()
-        _set_spec(k8s, {"logLevel": "debug"})
+        set_mesh_spec(k8s, {"logLevel": "debug"})
         wait_converged(k8s, kube, "the leader reconciles a change", leader)
         assert audit.writes(mark, user=leader_user)
         # The standby never wrote anything but (failed) attempts on the Lease.
@@ -539,11 +495,11 @@ def test_two_replicas_one_leader_and_a_takeover_at_the_first_chance(
         assert _lease_holder(k8s) == wait_for(lambda: _identity(standby), 10, "its log line")
 
         mark = audit.mark()
-        _set_spec(k8s, {"logLevel": "warn"})
+        set_mesh_spec(k8s, {"logLevel": "warn"})
         wait_converged(k8s, kube, "the new leader reconciles a change", standby)
         assert _acting(audit, mark, standby_user)
         assert standby.alive()
-        _set_spec(k8s, {})
+        set_mesh_spec(k8s, {})
         wait_converged(k8s, kube, "back to the defaults", standby)
     finally:
         for op in replicas.values():
@@ -806,7 +762,7 @@ def test_fuzzed_input_is_rejected_or_handled(
                     live = custom.get_namespaced_custom_object(
                         GW_GROUP, GW_VERSION, fuzz_namespace, "gateways", f"fuzz-{n}"
                     )
-                    seen.update(_condition(live, "Accepted"))
+                    seen.update(condition(live, "Accepted"))
                     done = seen.get("observedGeneration") == generation
                     return seen if done and seen.get("reason") in reasons else None
 
@@ -835,7 +791,7 @@ def test_fuzzed_input_is_rejected_or_handled(
                 unsupported = sum(1 for x in nodes if oracle.verdict(x, {})[1] is not None)
 
                 def counted() -> dict[str, Any] | None:
-                    counts = _mesh(k8s)["status"]["nodes"]
+                    counts = get_mesh(k8s)["status"]["nodes"]
                     live = len(client.CoreV1Api(k8s).list_node().items)
                     ok = counts["total"] == live == len(nodes)
                     return counts if ok and counts["unsupported"] == unsupported else None
@@ -843,7 +799,7 @@ def test_fuzzed_input_is_rejected_or_handled(
                 counts = handled(
                     f"the status to count {unsupported} unsupported nodes",
                     counted,
-                    lambda: _mesh(k8s)["status"]["nodes"],
+                    lambda: get_mesh(k8s)["status"]["nodes"],
                 )
                 listed = {u["name"]: u["reason"] for u in counts.get("unsupportedNodes") or []}
                 if reason is None:
@@ -852,7 +808,7 @@ def test_fuzzed_input_is_rejected_or_handled(
                     assert listed.get(node_name) == reason, mine
 
             # Then the AmbientMesh: rejected, or its status answers for the generation.
-            mesh = created(lambda: _set_spec(k8s, spec), oracle.spec_rejected(spec), "spec")
+            mesh = created(lambda: set_mesh_spec(k8s, spec), oracle.spec_rejected(spec), "spec")
             if mesh is not None:
                 generation = mesh["metadata"]["generation"]
                 expected = "Reconciled"
@@ -861,14 +817,14 @@ def test_fuzzed_input_is_rejected_or_handled(
                 handled(
                     f"Reconciled={expected} for generation {generation}",
                     lambda: (
-                        (got := _condition(_mesh(k8s), "Reconciled")).get("observedGeneration")
+                        (got := condition(get_mesh(k8s), "Reconciled")).get("observedGeneration")
                         == generation
                         and got.get("reason") == expected
                     ),
-                    lambda: _condition(_mesh(k8s), "Reconciled"),
+                    lambda: condition(get_mesh(k8s), "Reconciled"),
                 )
         finally:
-            _set_spec(k8s, {})
+            set_mesh_spec(k8s, {})
             for name in (ns_name, sentinel):
                 with ignoring(404):
                     core.delete_namespace(name)

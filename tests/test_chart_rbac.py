@@ -32,6 +32,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from ambient_devcluster import LocalCluster, apply_objects
+from ambient_devcluster.harness import (
+    borrowed_mesh,
+    condition,
+    read_mesh,
+)
 from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.app.operator import Operator, Options
@@ -43,7 +48,7 @@ from ambient_operator.webhook import decide as d
 from ambient_operator.webhook.config import CONFIG_NAME, SECRET_NAME, WebhookOptions
 from chart_helpers import by_kind, one, template
 from conftest import SAMPLE_NODES, ignoring, unique_name, wait_for
-from operator_harness import AuditLog, RunningOperator, free_port
+from operator_harness import AuditLog, RunningOperator, free_port, webhook_args
 
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 # Arguments of the chart's Deployment that say what the operator may touch.
@@ -366,30 +371,6 @@ def _custom(k8s: client.ApiClient) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(k8s)
 
 
-def _get_mesh(k8s: client.ApiClient) -> dict[str, Any] | None:
-    try:
-        obj: dict[str, Any] = _custom(k8s).get_cluster_custom_object(
-            c.API_GROUP, c.API_VERSION, c.PLURAL, c.MESH_NAME
-        )
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-        return None
-    return obj
-
-
-def _set_spec(k8s: client.ApiClient, spec: dict[str, Any]) -> None:
-    _custom(k8s).patch_cluster_custom_object(
-        c.API_GROUP,
-        c.API_VERSION,
-        c.PLURAL,
-        c.MESH_NAME,
-        [{"op": "replace", "path": "/spec", "value": spec}],
-        # Without it the client sends the list as a merge patch: 400.
-        _content_type="application/json-patch+json",
-    )
-
-
 @dataclass(frozen=True)
 class Mesh:
     generation: int
@@ -404,38 +385,19 @@ def mesh(k8s: client.ApiClient, sample_nodes: list[str], crds_installed: None) -
     for that generation can only come from the operator under test. The mesh
     is put back (or deleted, when this module created it) afterwards.
     """
-    original = _get_mesh(k8s)
-    spec = copy.deepcopy((original or {}).get("spec") or {})
-    spec["logLevel"] = "debug" if spec.get("logLevel") != "debug" else "info"
-    spec["newPodWorkaround"] = {**spec.get("newPodWorkaround", {}), "enabled": True}
-    spec.setdefault("platforms", {}).setdefault("windows", {})["enabled"] = True
-    if original is None:
-        _custom(k8s).create_cluster_custom_object(
-            c.API_GROUP,
-            c.API_VERSION,
-            c.PLURAL,
-            {
-                "apiVersion": f"{c.API_GROUP}/{c.API_VERSION}",
-                "kind": c.KIND,
-                "metadata": {"name": c.MESH_NAME},
-                "spec": spec,
-            },
-        )
-    else:
-        _set_spec(k8s, spec)
-    live = _get_mesh(k8s)
-    assert live is not None
-    agents = AmbientMeshSpec.model_validate(spec).namespace
-    with ignoring(409):  # other modules may have made it already
-        client.CoreV1Api(k8s).create_namespace({"metadata": {"name": agents}})
-    yield Mesh(int(live["metadata"]["generation"]), agents)
-    if original is None:
-        with contextlib.suppress(ApiException):
-            _custom(k8s).delete_cluster_custom_object(
-                c.API_GROUP, c.API_VERSION, c.PLURAL, c.MESH_NAME
-            )
-    else:
-        _set_spec(k8s, original.get("spec") or {})
+
+    def spec_for(original: dict[str, Any] | None) -> dict[str, Any]:
+        spec = copy.deepcopy((original or {}).get("spec") or {})
+        spec["logLevel"] = "debug" if spec.get("logLevel") != "debug" else "info"
+        spec["newPodWorkaround"] = {**spec.get("newPodWorkaround", {}), "enabled": True}
+        spec.setdefault("platforms", {}).setdefault("windows", {})["enabled"] = True
+        return spec
+
+    with borrowed_mesh(k8s, spec_for) as live:
+        agents = AmbientMeshSpec.model_validate(live.get("spec") or {}).namespace
+        with ignoring(409):  # other modules may have made it already
+            client.CoreV1Api(k8s).create_namespace({"metadata": {"name": agents}})
+        yield Mesh(int(live["metadata"]["generation"]), agents)
 
 
 @pytest.fixture(scope="module")
@@ -474,14 +436,7 @@ def operator(
         cluster,
         tmp_path_factory.mktemp("rbac-operator"),
         extra_args=[
-            "--webhook-url",
-            f"https://127.0.0.1:{port}",
-            "--webhook-listen-address",
-            "127.0.0.1",
-            "--webhook-port",
-            str(port),
-            "--webhook-namespace",
-            ns,
+            *webhook_args(port, ns),
             "--leader-election",
             "--lease-namespace",
             ns,
@@ -507,13 +462,6 @@ def operator(
     assert "Traceback" not in log, log[-4000:]
 
 
-def _condition(obj: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond["type"] == kind:
-            return dict(cond)
-    return {}
-
-
 def _fail_with_log(op: RunningOperator, what: str) -> NoReturn:
     raise AssertionError(f"{what}; operator log:\n{op.log_text()[-6000:]}")
 
@@ -522,16 +470,16 @@ def test_the_mesh_converges(
     k8s: client.ApiClient, mesh: Mesh, operator: Running, identity: Identity, audit: AuditLog
 ) -> None:
     def ready() -> bool:
-        live = _get_mesh(k8s) or {}
-        cond = _condition(live, "Ready")
+        live = read_mesh(k8s) or {}
+        cond = condition(live, "Ready")
         return cond.get("status") == "True" and cond.get("observedGeneration") == mesh.generation
 
     try:
         wait_for(ready, 120, "AmbientMesh Ready for the new generation")
     except TimeoutError:
-        _fail_with_log(operator.op, f"not Ready: {_condition(_get_mesh(k8s) or {}, 'Ready')}")
-    live = _get_mesh(k8s) or {}
-    assert _condition(live, "Reconciled")["status"] == "True"
+        _fail_with_log(operator.op, f"not Ready: {condition(read_mesh(k8s) or {}, 'Ready')}")
+    live = read_mesh(k8s) or {}
+    assert condition(live, "Reconciled")["status"] == "True"
     daemonsets = (
         client.AppsV1Api(k8s)
         .list_namespaced_daemon_set(
@@ -574,7 +522,7 @@ def test_a_waypoint_is_programmed(k8s: client.ApiClient, operator: Running) -> N
             gw: dict[str, Any] = custom.get_namespaced_custom_object(
                 GW_GROUP, GW_VERSION, ns, "gateways", "waypoint"
             )
-            cond = _condition(gw, "Programmed")
+            cond = condition(gw, "Programmed")
             ok = cond.get("status") == "True" and (gw.get("status") or {}).get("addresses")
             return gw if ok else None
 
@@ -582,7 +530,7 @@ def test_a_waypoint_is_programmed(k8s: client.ApiClient, operator: Running) -> N
             gw = wait_for(programmed, 90, "the waypoint Gateway Programmed=True")
         except TimeoutError:
             _fail_with_log(operator.op, "waypoint not programmed")
-        assert _condition(gw, "Accepted")["status"] == "True"
+        assert condition(gw, "Accepted")["status"] == "True"
         pods = core.list_namespaced_pod(ns, label_selector=f"{c.LABEL_GATEWAY_NAME}=waypoint")
         # Programmed means an available pod: the loop below judges at least one.
         assert pods.items, "a Programmed waypoint without a pod"

@@ -27,11 +27,11 @@ from ambient_devcluster import (
     create_nodes,
     install_istiod_objects,
 )
+from ambient_devcluster.harness import condition, create_mesh, get_mesh, set_mesh_spec
 from ambient_operator.api import constants as c
 from conftest import BIN_DIR, REPO_ROOT, binaries_present, ignoring, unique_name, wait_for
-from operator_harness import AuditLog, RunningOperator, free_port
+from operator_harness import AuditLog, RunningOperator, free_port, webhook_args
 
-GROUP, VERSION, PLURAL = c.API_GROUP, c.API_VERSION, c.PLURAL
 GW_GROUP, GW_VERSION = "gateway.networking.k8s.io", "v1"
 AGENTS_NS = "istio-system"
 MESH_LISTENER = {"name": "mesh", "port": 15008, "protocol": "HBONE"}
@@ -114,64 +114,24 @@ def operator(
     own: LocalCluster, api: client.ApiClient, webhook_port: int, tmp_path_factory: Any
 ) -> Iterator[RunningOperator]:
     """One operator for the module, serving the webhook on a loopback port."""
-    _custom(api).create_cluster_custom_object(GROUP, VERSION, PLURAL, _mesh_body())
+    create_mesh(api, copy.deepcopy(BASE_SPEC))
     op = RunningOperator(
         own,
         tmp_path_factory.mktemp("documented-operator"),
-        extra_args=[
-            "--resync-seconds",
-            "2",
-            "--webhook-url",
-            f"https://127.0.0.1:{webhook_port}",
-            "--webhook-listen-address",
-            "127.0.0.1",
-            "--webhook-port",
-            str(webhook_port),
-            "--webhook-namespace",
-            AGENTS_NS,
-        ],
+        extra_args=["--resync-seconds", "2", *webhook_args(webhook_port, AGENTS_NS)],
     )
     with op.running():
         yield op
     assert "Traceback" not in op.log_text(), op.log_text()[-4000:]
 
 
-def _mesh_body() -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": c.KIND,
-        "metadata": {"name": c.MESH_NAME},
-        "spec": copy.deepcopy(BASE_SPEC),
-    }
-
-
 def _custom(api: client.ApiClient) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(api)
 
 
-def _mesh(api: client.ApiClient) -> dict[str, Any]:
-    obj: dict[str, Any] = _custom(api).get_cluster_custom_object(GROUP, VERSION, PLURAL, "default")
-    return obj
-
-
-def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == kind:
-            return dict(cond)
-    return {}
-
-
 def _set_spec(api: client.ApiClient, spec: dict[str, Any]) -> int:
     """Replace the spec; the new generation."""
-    obj = _custom(api).patch_cluster_custom_object(
-        GROUP,
-        VERSION,
-        PLURAL,
-        "default",
-        [{"op": "replace", "path": "/spec", "value": spec}],
-        _content_type="application/json-patch+json",
-    )
-    return int(obj["metadata"]["generation"])
+    return int(set_mesh_spec(api, spec)["metadata"]["generation"])
 
 
 def _wait_condition(
@@ -182,7 +142,7 @@ def _wait_condition(
 
     def there() -> dict[str, Any] | None:
         nonlocal last
-        last = _condition(_mesh(api), kind)
+        last = condition(get_mesh(api), kind)
         ok = last.get("observedGeneration") == generation and last.get("status") == status
         return last if ok and last.get("reason") == reason else None
 
@@ -225,7 +185,7 @@ def _daemonset_uids(api: client.ApiClient, namespace: str) -> dict[str, str]:
 
 def test_degraded_is_as_expected_on_the_base_spec(api: client.ApiClient, base: None) -> None:
     # The other reasons below are each the only thing wrong: here nothing is.
-    generation = int(_mesh(api)["metadata"]["generation"])
+    generation = int(get_mesh(api)["metadata"]["generation"])
     _wait_condition(api, "Degraded", "False", "AsExpected", generation)
     _wait_condition(api, "Ready", "True", "AgentsReady", generation)
 
@@ -281,7 +241,7 @@ def test_istiod_not_found(api: client.ApiClient, base: None) -> None:
 def test_istiod_trust_missing(api: client.ApiClient, base: None) -> None:
     # "IstiodTrustMissing: istiod's CA_TRUSTED_NODE_ACCOUNTS does not list every ztunnel
     # ServiceAccount (e.g. istio-system/ztunnel-windows)"; the message names the value.
-    generation = int(_mesh(api)["metadata"]["generation"])
+    generation = int(get_mesh(api)["metadata"]["generation"])
     _istiod(api, f"{AGENTS_NS}/ztunnel")
     try:
         degraded = _wait_condition(api, "Degraded", "True", "IstiodTrustMissing", generation)
@@ -450,7 +410,7 @@ def _gateway_condition(
     api: client.ApiClient, namespace: str, name: str, kind: str, status: str, reason: str
 ) -> dict[str, Any] | None:
     gw = _get_gateway(api, namespace, name)
-    cond = _condition(gw, kind)
+    cond = condition(gw, kind)
     current = cond.get("observedGeneration") == gw["metadata"]["generation"]
     return gw if current and (cond.get("status"), cond.get("reason")) == (status, reason) else None
 
@@ -569,9 +529,11 @@ def test_without_an_ambientmesh_the_waypoint_controller_writes_nothing(
         },
     )
     operator.stop()
-    custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, "default")
+    custom.delete_cluster_custom_object(c.API_GROUP, c.API_VERSION, c.PLURAL, c.MESH_NAME)
     wait_for(
-        lambda: not custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"],
+        lambda: (
+            not custom.list_cluster_custom_object(c.API_GROUP, c.API_VERSION, c.PLURAL)["items"]
+        ),
         TIMEOUT,
         "the AmbientMesh gone",
     )
@@ -596,7 +558,7 @@ def test_without_an_ambientmesh_the_waypoint_controller_writes_nothing(
         assert waypoint_writes == []
         assert not _get_gateway(api, ns, "waypoint").get("status", {}).get("addresses")
     finally:
-        custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, _mesh_body())
+        create_mesh(api, copy.deepcopy(BASE_SPEC))
     # With the AmbientMesh back the same Gateway is deployed: the check above had work to skip.
     wait_for(
         lambda: _gateway_condition(api, ns, "waypoint", "Programmed", "True", "Programmed"),
@@ -638,7 +600,7 @@ def test_someone_elses_service_account_is_never_written(
         TIMEOUT,
         "the Gateway with another account refused",
     )
-    assert "serviceAccountLabels" in _condition(refused, "Accepted")["message"]
+    assert "serviceAccountLabels" in condition(refused, "Accepted")["message"]
     deployment = client.AppsV1Api(api).read_namespaced_deployment("uses-blessed", ns)
     assert deployment.spec.template.spec.service_account_name == "blessed"
     assert _waypoint_objects(api, ns, "uses-plain") == {}

@@ -23,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 import oracle
 from ambient_devcluster import LocalCluster, create_nodes, install_istiod_objects
+from ambient_devcluster.harness import condition, get_mesh
 from conftest import BIN_DIR, unique_name, wait_for
 from operator_harness import AuditLog, RunningOperator
 
@@ -31,20 +32,6 @@ SAMPLE_MESH = ROOT / "operator/ambient_operator/samples/ambientmesh.yaml"
 GROUP, VERSION, PLURAL = "ambientoperator.io", "v1alpha1", "ambientmeshes"
 AGENTS_NS = "istio-system"
 SELECTOR = "app.kubernetes.io/managed-by=ambient-operator,ambientoperator.io/controller=dataplane"
-
-
-def _mesh(api: client.ApiClient) -> dict[str, Any]:
-    obj: dict[str, Any] = client.CustomObjectsApi(api).get_cluster_custom_object(
-        GROUP, VERSION, PLURAL, "default"
-    )
-    return obj
-
-
-def _condition(mesh: dict[str, Any], kind: str) -> dict[str, Any]:
-    for cond in (mesh.get("status") or {}).get("conditions", []):
-        if cond["type"] == kind:
-            return dict(cond)
-    return {}
 
 
 def _daemonsets(api: client.ApiClient) -> dict[str, client.V1DaemonSet]:
@@ -163,13 +150,13 @@ def _wait_converged(k8s: client.ApiClient, timeout: float, what: str) -> None:
         wait_for(lambda: _converged(k8s), timeout, what)
     except TimeoutError as exc:
         raise AssertionError(
-            f"{what}: Ready is {_condition(_mesh(k8s), 'Ready')}; agent pods: {_agent_pods(k8s)}"
+            f"{what}: Ready is {condition(get_mesh(k8s), 'Ready')}; agent pods: {_agent_pods(k8s)}"
         ) from exc
 
 
 def _converged(k8s: client.ApiClient) -> bool:
-    mesh = _mesh(k8s)
-    ready = _condition(mesh, "Ready")
+    mesh = get_mesh(k8s)
+    ready = condition(mesh, "Ready")
     gen = mesh["metadata"]["generation"]
     return ready.get("status") == "True" and ready.get("observedGeneration") == gen
 
@@ -185,10 +172,10 @@ def test_sample_mesh_converges(
         wait_for(lambda n=name, w=set(nodes): _placed(k8s, n) == w, 90, f"{name} pods on {nodes}")
     _wait_converged(k8s, 60, "Ready=True")
 
-    mesh = _mesh(k8s)
+    mesh = get_mesh(k8s)
     status = mesh["status"]
-    assert _condition(mesh, "Reconciled")["status"] == "True"
-    degraded = _condition(mesh, "Degraded")
+    assert condition(mesh, "Reconciled")["status"] == "True"
+    degraded = condition(mesh, "Degraded")
     assert degraded["status"] == "True" and degraded["reason"] == "UnsupportedNodes"
     assert "win2019-1" in degraded["message"]
     assert status["readyComponents"] == f"{len(expected)}/{len(expected)}"
@@ -412,7 +399,7 @@ def test_burst_of_nodes_is_a_handful_of_reconciles(
         # Compared with the live list, not a delta: another module's nodes may
         # still be leaving while this test runs.
         live = {n.metadata.name for n in core.list_node().items}
-        return _mesh(k8s)["status"]["nodes"]["total"] == len(live)
+        return get_mesh(k8s)["status"]["nodes"]["total"] == len(live)
 
     started = datetime.now()
     _create_node_docs(k8s, tmp_path, docs, parallel=10)
@@ -557,7 +544,7 @@ def test_namespace_labels_and_enrollment(k8s: client.ApiClient, operator: Runnin
         wp: {"istio.io/dataplane-mode": "ambient", "istio.io/use-waypoint": "nope"},
         good: {"istio.io/dataplane-mode": "ambient"},
     }
-    base = _mesh(k8s)["status"]["enrollment"]
+    base = get_mesh(k8s)["status"]["enrollment"]
     for name, lab in labels.items():
         core.create_namespace({"metadata": {"name": name, "labels": lab}})
     try:
@@ -588,7 +575,7 @@ def test_namespace_labels_and_enrollment(k8s: client.ApiClient, operator: Runnin
         )
 
         def counts() -> dict[str, Any]:
-            return dict(_mesh(k8s)["status"]["enrollment"])
+            return dict(get_mesh(k8s)["status"]["enrollment"])
 
         def deltas() -> tuple[int, int, int]:
             now = counts()
@@ -656,7 +643,7 @@ def test_metrics_tell_the_same_story(
     assert _written(audit, mark, "daemonsets") == {first}
     assert operator.metric("ambient_operator_events_total") == len(_written(audit, mark, "events"))
 
-    status = _mesh(k8s)["status"]
+    status = get_mesh(k8s)["status"]
     assert operator.metric("ambient_operator_reconcile_total", controller="dataplane") >= 1
     assert (
         operator.metric(

@@ -50,6 +50,7 @@ from kubernetes.client.exceptions import ApiException
 import test_chart_rbac as chart_rbac
 import test_ownership_waypoints as ownership_waypoints
 from ambient_devcluster import LocalCluster, api_client_for
+from ambient_devcluster.harness import condition, get_mesh
 from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.app.operator import Operator, Options
@@ -58,7 +59,7 @@ from ambient_operator.cluster.facts import ClusterFacts, NodeFacts
 from ambient_operator.render import render_dataplane
 from conftest import unique_name, wait_for
 from operator_harness import AuditLog
-from test_chart_rbac import Identity, Mesh, Running, _condition, _fail_with_log, chart_identity
+from test_chart_rbac import Identity, Mesh, Running, _fail_with_log, chart_identity
 from test_ownership_waypoints import Team
 
 # Reused, not copied: the shared AmbientMesh, the audit log, and the operator
@@ -99,13 +100,6 @@ def identity(cluster: LocalCluster, k8s: client.ApiClient) -> Iterator[Identity]
 
 
 # -- reading the cluster ---------------------------------------------------------------------
-
-
-def get_mesh(k8s: client.ApiClient) -> dict[str, Any]:
-    obj: dict[str, Any] = client.CustomObjectsApi(k8s).get_cluster_custom_object(
-        GROUP, VERSION, PLURAL, c.MESH_NAME
-    )
-    return obj
 
 
 def patch_spec(k8s: client.ApiClient, spec: dict[str, Any]) -> None:
@@ -152,7 +146,7 @@ def events(k8s: client.ApiClient, uid: str, reason: str) -> list[str]:
 def current(k8s: client.ApiClient, kind: str) -> dict[str, Any]:
     """The mesh's `kind` condition once written for its generation, else {}."""
     live = get_mesh(k8s)
-    cond = _condition(live, kind)
+    cond = condition(live, kind)
     return cond if cond.get("observedGeneration") == live["metadata"]["generation"] else {}
 
 
@@ -164,7 +158,7 @@ def wait_reconciled(op: Running, k8s: client.ApiClient, reason: str) -> dict[str
             f"Reconciled reason {reason}",
         )
     except TimeoutError:
-        _fail_with_log(op.op, f"not {reason}: {_condition(get_mesh(k8s), 'Reconciled')}")
+        _fail_with_log(op.op, f"not {reason}: {condition(get_mesh(k8s), 'Reconciled')}")
 
 
 def wait_converged(op: Running, k8s: client.ApiClient) -> str:
@@ -297,7 +291,7 @@ class InProcess:
         live = get_mesh(k8s)
         gen = live["metadata"]["generation"]
         done = all(
-            (cond := _condition(live, kind)).get("status") == "True"
+            (cond := condition(live, kind)).get("status") == "True"
             and cond.get("observedGeneration") == gen
             for kind in ("Ready", "Reconciled")
         )

@@ -25,10 +25,11 @@ from kubernetes.client.exceptions import ApiException
 
 import test_chart_rbac as chart_rbac
 from ambient_devcluster import LocalCluster, api_client_for
+from ambient_devcluster.harness import condition
 from ambient_operator.api import constants as c
 from conftest import unique_name, wait_for
 from operator_harness import AuditLog
-from test_chart_rbac import Identity, Running, _condition, _fail_with_log
+from test_chart_rbac import Identity, Running, _fail_with_log
 
 # Reused, not copied: the chart's ServiceAccount and RBAC, the shared
 # AmbientMesh, and the operator running as that ServiceAccount.
@@ -134,7 +135,7 @@ def judged(
 
     def ready() -> dict[str, Any] | None:
         gw = get_gateway(api, namespace, name)
-        cond = _condition(gw, kind)
+        cond = condition(gw, kind)
         return cond if cond.get("observedGeneration") == gw["metadata"]["generation"] else None
 
     try:
@@ -146,7 +147,7 @@ def judged(
 def programmed(op: Running, api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
     def up() -> dict[str, Any] | None:
         gw = get_gateway(api, namespace, name)
-        cond = _condition(gw, "Programmed")
+        cond = condition(gw, "Programmed")
         current = cond.get("observedGeneration") == gw["metadata"]["generation"]
         return gw if current and cond["status"] == "True" else None
 
@@ -305,7 +306,7 @@ def test_a_gateway_named_like_another_teams_objects_leaves_them_alone(
         assert f"{kind} {team.namespace}/frontend" in cond["message"], cond["message"]
     gw = get_gateway(team.api, team.namespace, "frontend")
     assert not (gw.get("status") or {}).get("addresses"), "another team's address advertised"
-    assert _condition(gw, "Accepted")["status"] == "True"
+    assert condition(gw, "Accepted")["status"] == "True"
 
     two_passes_later(operator)
     assert read_all(k8s, team.namespace, "frontend") == before
@@ -392,7 +393,7 @@ def test_two_gateways_with_one_override_do_not_fight_over_it(
     held = core.read_namespaced_service("shared", team.namespace)
     assert held.metadata.resource_version == service.metadata.resource_version
     assert held.spec.selector == {c.LABEL_GATEWAY_NAME: "first"}
-    assert _condition(get_gateway(team.api, team.namespace, "first"), "Programmed")["status"] == (
+    assert condition(get_gateway(team.api, team.namespace, "first"), "Programmed")["status"] == (
         "True"
     )
     # Nothing of the second Gateway runs under the shared name.
@@ -450,7 +451,7 @@ def test_class_parameters_from_another_namespace_are_refused_and_never_echoed(
 
         def class_judged() -> dict[str, Any] | None:
             cls = _gateway_class(k8s, class_name)
-            cond = _condition(cls, "Accepted")
+            cond = condition(cls, "Accepted")
             current = cond.get("observedGeneration") == cls["metadata"]["generation"]
             return cond if current and cond.get("reason") != "Pending" else None
 

@@ -22,6 +22,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from ambient_devcluster import LocalCluster, api_client_for, apply_dirs, create_nodes
+from ambient_devcluster.harness import CRDS_DIR, create_mesh, gateway_api_dir
 from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.cluster.state import ClusterState
@@ -60,27 +61,16 @@ def wp_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluste
     """A control plane of our own with the sample nodes, an open Windows node and v1.4 CRDs."""
     if not binaries_present():
         pytest.fail(f"control-plane binaries missing in {BIN_DIR}; run hack/build-binaries.sh")
-    folder = ROOT / ".cache" / "gateway-api" / "v1.4"
+    folder = gateway_api_dir("v1.4")
     if not folder.is_dir():
         pytest.fail(f"{folder} missing; run hack/build-binaries.sh")
     with LocalCluster(tmp_path_factory.mktemp("waypoint-cluster"), bin_dir=BIN_DIR) as local:
         with local.api_client() as api:
-            apply_dirs(api, [ROOT / "crds", folder], timeout=60)
+            apply_dirs(api, [CRDS_DIR, folder], timeout=60)
             create_nodes(api, SAMPLE_NODES, timeout=60)
             create_nodes(api, [OPEN_WINDOWS_NODE], timeout=60)
-            core = client.CoreV1Api(api)
-            core.create_namespace({"metadata": {"name": "istio-system"}})
-            client.CustomObjectsApi(api).create_cluster_custom_object(
-                c.API_GROUP,
-                c.API_VERSION,
-                c.PLURAL,
-                {
-                    "apiVersion": f"{c.API_GROUP}/{c.API_VERSION}",
-                    "kind": c.KIND,
-                    "metadata": {"name": c.MESH_NAME},
-                    "spec": {},
-                },
-            )
+            client.CoreV1Api(api).create_namespace({"metadata": {"name": "istio-system"}})
+            create_mesh(api, {})
         yield local
 
 
@@ -108,7 +98,7 @@ def gateway_api(
 ) -> str:
     """The Gateway API CRDs of one release installed (v1.6 upgrades v1.4 in place)."""
     version: str = request.param
-    folder = ROOT / ".cache" / "gateway-api" / version
+    folder = gateway_api_dir(version)
     if not folder.is_dir():
         pytest.fail(f"{folder} missing; run hack/build-binaries.sh")
     apply_dirs(api, [folder], timeout=60)

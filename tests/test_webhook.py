@@ -18,13 +18,18 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from ambient_devcluster import LocalCluster, create_nodes, delete_nodes
+from ambient_devcluster.harness import (
+    borrowed_mesh,
+    create_namespace,
+    get_mesh,
+    ws2025_node,
+)
 from ambient_operator.api import constants as c
 from ambient_operator.webhook import decide as d
 from ambient_operator.webhook.config import CONFIG_NAME, SECRET_NAME
 from conftest import unique_name, wait_for
-from operator_harness import RunningOperator, free_port
+from operator_harness import RunningOperator, free_port, webhook_args
 
-GROUP, VERSION, PLURAL = "ambientoperator.io", "v1alpha1", "ambientmeshes"
 TIMEOUT = 45  # distinct from the default, so the test sees it travel from the spec
 MULTI_IMAGE = "registry.example.com/ambient/redirection-wait:test"
 WS2022_IMAGE = "mcr.microsoft.com/windows/nanoserver:ltsc2022"
@@ -32,63 +37,26 @@ TOLERATE_WINDOWS = [{"key": "os", "operator": "Equal", "value": "windows", "effe
 WORKAROUND = {"enabled": True, "timeoutSeconds": TIMEOUT, "multiBuildImage": MULTI_IMAGE}
 
 
-def _custom(api: client.ApiClient) -> client.CustomObjectsApi:
-    return client.CustomObjectsApi(api)
-
-
 @pytest.fixture(scope="module")
 def mesh(k8s: client.ApiClient, sample_nodes: list[str], crds_installed: None) -> Iterator[None]:
     """The shared AmbientMesh with the workaround on; restored (or deleted) afterwards."""
-    custom = _custom(k8s)
-    try:
-        original: dict[str, Any] | None = custom.get_cluster_custom_object(
-            GROUP, VERSION, PLURAL, "default"
-        )
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-        original = None
-    if original is None:
-        custom.create_cluster_custom_object(
-            GROUP,
-            VERSION,
-            PLURAL,
-            {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "AmbientMesh",
-                "metadata": {"name": "default"},
-                "spec": {"newPodWorkaround": WORKAROUND},
-            },
-        )
-    else:
+
+    def spec_for(original: dict[str, Any] | None) -> dict[str, Any]:
+        if original is None:
+            return {"newPodWorkaround": WORKAROUND}
         spec = copy.deepcopy(original.get("spec") or {})
         spec["newPodWorkaround"] = WORKAROUND
         windows = spec.setdefault("platforms", {}).setdefault("windows", {})
         windows["enabled"] = True
         windows.pop("builds", None)
-        custom.patch_cluster_custom_object(
-            GROUP, VERSION, PLURAL, "default", [{"op": "replace", "path": "/spec", "value": spec}]
-        )
-    yield
-    if original is None:
-        with contextlib.suppress(ApiException):
-            custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, "default")
-    else:
-        custom.patch_cluster_custom_object(
-            GROUP,
-            VERSION,
-            PLURAL,
-            "default",
-            [{"op": "replace", "path": "/spec", "value": original.get("spec") or {}}],
-        )
+        return spec
+
+    with borrowed_mesh(k8s, spec_for):
+        yield
 
 
 def _namespace(k8s: client.ApiClient, prefix: str, labels: dict[str, str]) -> str:
-    core = client.CoreV1Api(k8s)
-    name = unique_name(prefix)
-    core.create_namespace({"metadata": {"name": name, "labels": labels}})
-    wait_for(lambda: core.read_namespaced_service_account("default", name), 30, f"SA in {name}")
-    return name
+    return create_namespace(k8s, unique_name(prefix), labels)
 
 
 @pytest.fixture(scope="module")
@@ -111,28 +79,7 @@ def ws2025_only(k8s: client.ApiClient) -> Iterator[str]:
     """A WS2025 node with a label no other node has: a pod selecting it sees a cluster
     whose only Windows nodes are WS2025."""
     pool = unique_name("ws2025-pool")
-    node = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": pool,
-            "labels": {
-                c.LABEL_OS: "windows",
-                c.LABEL_ARCH: "amd64",
-                c.LABEL_WINDOWS_BUILD: c.BUILD_WS2025,
-                "ambient-test/pool": pool,
-            },
-        },
-        "spec": {"taints": [{"key": "os", "value": "windows", "effect": "NoSchedule"}]},
-        "status": {
-            "nodeInfo": {
-                "operatingSystem": "windows",
-                "architecture": "amd64",
-                "kernelVersion": "10.0.26100.2314",
-                "osImage": "Windows Server 2025 Datacenter",
-            }
-        },
-    }
+    node = ws2025_node(pool, {"ambient-test/pool": pool})
     create_nodes(k8s, [node], timeout=60)
     yield pool
     delete_nodes(k8s, [pool], wait=False)
@@ -189,18 +136,7 @@ def hook(
     op = RunningOperator(
         cluster,
         tmp_path_factory.mktemp("webhook-operator"),
-        extra_args=[
-            "--webhook-url",
-            f"https://127.0.0.1:{port}",
-            "--webhook-listen-address",
-            "127.0.0.1",
-            "--webhook-port",
-            str(port),
-            "--webhook-namespace",
-            namespaces["tls"],
-            "--resync-seconds",
-            "2",
-        ],
+        extra_args=[*webhook_args(port, namespaces["tls"]), "--resync-seconds", "2"],
     )
     op.start()
     try:
@@ -506,7 +442,7 @@ def test_dry_run_gets_the_same_mutation_and_writes_nothing(
 
 
 def _workaround_misses(k8s: client.ApiClient) -> int:
-    mesh = _custom(k8s).get_cluster_custom_object(GROUP, VERSION, PLURAL, "default")
+    mesh = get_mesh(k8s)
     return int(((mesh.get("status") or {}).get("enrollment") or {}).get("workaroundMisses", 0))
 
 

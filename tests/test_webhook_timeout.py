@@ -20,9 +20,10 @@ import pytest
 from kubernetes import client
 
 from ambient_devcluster import LocalCluster
+from ambient_devcluster.harness import create_namespace, ws2022_pod
 from ambient_operator.api import constants as c
 from conftest import ignoring, unique_name, wait_for
-from operator_harness import RunningOperator, free_port
+from operator_harness import RunningOperator, free_port, webhook_args
 
 CONFIG = "ambient-operator"
 DOCUMENTED_TIMEOUT = 3.0
@@ -63,27 +64,9 @@ def silent() -> Iterator[Silent]:
     server.close()
 
 
-def _namespace(core: client.CoreV1Api, labels: dict[str, str]) -> str:
-    name = unique_name("hang")
-    core.create_namespace({"metadata": {"name": name, "labels": labels}})
-    wait_for(lambda: core.read_namespaced_service_account("default", name), 30, f"SA in {name}")
-    return name
-
-
-def _pod(name: str) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "nodeSelector": {c.LABEL_OS: "windows", c.LABEL_WINDOWS_BUILD: c.BUILD_WS2022},
-            "tolerations": [{"key": "os", "operator": "Exists"}],
-            "containers": [{"name": "app", "image": "example.com/app:1"}],
-        },
-    }
-
-
 def _timed_create(core: client.CoreV1Api, namespace: str, name: str) -> tuple[float, Any]:
     started = time.monotonic()
-    core.create_namespaced_pod(namespace, _pod(name))
+    core.create_namespaced_pod(namespace, ws2022_pod(name))
     took = time.monotonic() - started
     return took, core.read_namespaced_pod(name, namespace)
 
@@ -93,22 +76,13 @@ def test_a_webhook_that_never_answers_holds_a_pod_for_its_timeout_only(
 ) -> None:
     core = client.CoreV1Api(k8s)
     admission = client.AdmissionregistrationV1Api(k8s)
-    enrolled = _namespace(core, {c.LABEL_DATAPLANE_MODE: "ambient"})
-    plain = _namespace(core, {})
-    tls = _namespace(core, {})
+    enrolled = create_namespace(k8s, unique_name("hang"), {c.LABEL_DATAPLANE_MODE: "ambient"})
+    plain = create_namespace(k8s, unique_name("hang"))
+    tls = create_namespace(k8s, unique_name("hang"))
     op = RunningOperator(
         cluster,
         tmp_path,
-        extra_args=[
-            "--webhook-url",
-            f"https://127.0.0.1:{silent.port}",
-            "--webhook-listen-address",
-            "127.0.0.1",
-            "--webhook-port",
-            str(free_port()),
-            "--webhook-namespace",
-            tls,
-        ],
+        extra_args=webhook_args(free_port(), tls, url=f"https://127.0.0.1:{silent.port}"),
     )
     try:
         with op.running():

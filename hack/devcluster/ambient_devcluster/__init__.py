@@ -3,7 +3,9 @@
 The programs are the upstream ones (etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler, kwok) built by
 ``hack/build-binaries.sh``; see :class:`LocalCluster`. Fake nodes come from an
-inventory file via :func:`create_nodes`.
+inventory file via :func:`create_nodes`. What the tests, the benchmarks
+and the demo share to run the operator on it (its process, deadline waits,
+the audit log, the AmbientMesh) is :mod:`ambient_devcluster.harness`.
 """
 
 from .istio import (

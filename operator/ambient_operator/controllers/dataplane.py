@@ -13,7 +13,8 @@ What it may touch, and when:
 - Nothing is pruned in a pass where any write failed or was refused.
 - A move of spec.namespace is make-before-break: the old namespace's
   objects are pruned only once every DaemonSet in the new one is Ready, or,
-  for agents that cannot run twice on a node, placed (see _taking_over).
+  for agents that cannot run twice on a node, placed (see _taking_over in
+  dataplane_moves.py, with the rest of a move).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -39,174 +40,38 @@ from ambient_operator.api.v1alpha1 import (
     ComponentStatus,
     Enrollment,
 )
-from ambient_operator.apply.ownership import conflict, describe
+from ambient_operator.apply.ownership import describe
 from ambient_operator.apply.plan import Owner, plan, prepare
 from ambient_operator.apply.writer import NameConflictError, prune, write
 from ambient_operator.cluster.enrollment import summarize
-from ambient_operator.cluster.facts import ClusterFacts, NodeFacts, node_os
-from ambient_operator.cluster.state import ClusterState
-from ambient_operator.kube.client import Kube, KubeError
-from ambient_operator.kube.resources import KINDS, ObjectKey, key_of
+from ambient_operator.cluster.facts import node_os
+from ambient_operator.controllers.dataplane_moves import (
+    CONTROLLER,
+    DataplaneMoves,
+    _named,
+    _uses,
+    spec_error,
+)
+from ambient_operator.kube.client import KubeError
+from ambient_operator.kube.resources import ObjectKey, key_of
 from ambient_operator.render import RenderResult, render_dataplane
 from ambient_operator.status.components import (
     ApplyOutcome,
     build_status,
     component_status,
-    daemonset_placed,
     daemonset_ready,
     degraded_verdict,
     mesh_problems,
     ready_verdict,
     transitions,
 )
-from ambient_operator.status.events import EventRecorder, now_rfc3339
 from ambient_operator.status.writer import write_status
 
 log = logging.getLogger(__name__)
-CONTROLLER = "dataplane"
-MESH = KINDS[("ambientoperator.io/v1alpha1", "AmbientMesh")]
-NAMESPACE = KINDS[("v1", "Namespace")]
-# The chart value that grants the operator a namespace for the agents.
-CHART_NAMESPACES_VALUE = "agents.namespaces"
-CLUSTER_DNS = ("kube-system", "kube-dns")
 
 
-def spec_error(exc: ValidationError) -> str:
-    """The first validation error as `spec.a.b: message`."""
-    first = exc.errors()[0]
-    path = ".".join(str(part) for part in ("spec", *first["loc"]))
-    return f"{path}: {first['msg']}"
-
-
-def _uses(obj: Mapping[str, Any]) -> Iterator[ObjectKey]:
-    """Keys of the ServiceAccount and ConfigMaps a DaemonSet's pods use, in its namespace."""
-    if obj.get("kind") != "DaemonSet":
-        return
-    namespace = obj["metadata"].get("namespace") or ""
-    pod = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
-    if pod.get("serviceAccountName"):
-        yield ("v1", "ServiceAccount", namespace, str(pod["serviceAccountName"]))
-    for container in [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]:
-        for source in container.get("envFrom") or []:
-            ref = source.get("configMapRef") or {}
-            if ref.get("name"):
-                yield ("v1", "ConfigMap", namespace, str(ref["name"]))
-    for volume in pod.get("volumes") or []:
-        ref = volume.get("configMap") or {}
-        if ref.get("name"):
-            yield ("v1", "ConfigMap", namespace, str(ref["name"]))
-
-
-def _named(key: ObjectKey) -> str:
-    return describe({"kind": key[1], "metadata": {"namespace": key[2], "name": key[3]}})
-
-
-class DataplaneController:
+class DataplaneController(DataplaneMoves):
     """Keeps the agents' DaemonSets and friends as the AmbientMesh asks."""
-
-    def __init__(
-        self,
-        state: ClusterState,
-        kube: Kube,
-        events: EventRecorder,
-        kube_version: str = "1.37",
-        clock: Callable[[], str] = now_rfc3339,
-        *,
-        agents_namespaces: Collection[str] = (),
-        cni_rbac: bool = True,
-    ) -> None:
-        self.state = state
-        self.kube = kube
-        self.events = events
-        self.kube_version = kube_version
-        self.clock = clock
-        self.workaround_misses = 0
-        # Where the agents may go (empty: anywhere). The chart grants the
-        # operator DaemonSets, ConfigMaps and ServiceAccounts only there.
-        self.agents_namespaces = tuple(sorted(set(agents_namespaces)))
-        # Whether the istio-cni ClusterRole and binding are ours to keep;
-        # the chart ships them itself.
-        self.cni_rbac = cni_rbac
-
-    # -- facts ------------------------------------------------------------
-    def _service_ip(self, namespace: str, name: str) -> str | None:
-        svc = self.state.services.get((namespace, name))
-        ip = ((svc or {}).get("spec") or {}).get("clusterIP")
-        return ip if ip and ip != "None" else None
-
-    def facts(self, spec: AmbientMeshSpec, moving_from: Sequence[str] = ()) -> ClusterFacts:
-        """Cluster facts for render, from the caches."""
-        nodes = tuple(NodeFacts.from_node(node) for _, node in sorted(self.state.nodes.items()))
-        return ClusterFacts(
-            nodes=nodes,
-            istiod_ip=self._service_ip(spec.namespace, spec.istiod.service()),
-            dns_ip=self._service_ip(*CLUSTER_DNS),
-            kube_version=self.kube_version,
-            moving_from=tuple(moving_from),
-        )
-
-    def ours(self, owner: Owner) -> dict[ObjectKey, dict[str, Any]]:
-        """This mesh's data-plane objects: our labels select them, its UID decides."""
-        return {
-            key: obj
-            for key, obj in self.state.owned_by(CONTROLLER).items()
-            if conflict(obj, owner) is None
-        }
-
-    def agent_namespaces(self, owner: Owner) -> set[str]:
-        """Namespaces holding objects of this mesh's data plane.
-
-        This is how the operator knows where the agents run now, across
-        restarts and whatever spec.namespace says: the namespaced objects the
-        caches hold (watched by our labels) whose controller reference is this
-        mesh. Any of these other than spec.namespace is a namespace being
-        moved away from.
-        """
-        return {key[2] for key in self.ours(owner) if key[2]}
-
-    async def namespace_refusal(
-        self, namespace: str, owner: Owner
-    ) -> tuple[MeshReason, str] | None:
-        """(reason, message) when `namespace` cannot take the agents; None when it can.
-
-        Refusing changes nothing: not a write, not a prune, not the cluster-
-        scoped binding. The namespace is looked up in the cache (namespaces
-        are watched) and, when not there, with one GET: a namespace created a
-        moment ago may not have reached the watch.
-        """
-        where = sorted(self.agent_namespaces(owner))
-        kept = f"the agents keep running in {', '.join(where)}" if where else "none was created"
-        others = [name for name in where if name != namespace]
-        back = f", or set spec.namespace back to {others[0]}" if len(others) == 1 else ""
-        entry: Mapping[str, Any] | None = self.state.namespaces.get(namespace)
-        if entry is None:
-            try:
-                entry = await asyncio.to_thread(self.kube.get, NAMESPACE, namespace)
-            except KubeError as exc:
-                return MeshReason.APPLY_FAILED, f"cannot read Namespace {namespace}: {exc.message}"
-        if entry is None:
-            return (
-                MeshReason.NAMESPACE_NOT_FOUND,
-                f"Namespace {namespace} (spec.namespace) does not exist; nothing was changed "
-                f"and {kept}. Create the namespace{back}",
-            )
-        if entry.get("terminating") or (entry.get("metadata") or {}).get("deletionTimestamp"):
-            return (
-                MeshReason.NAMESPACE_NOT_FOUND,
-                f"Namespace {namespace} (spec.namespace) is being deleted; nothing was changed "
-                f"and {kept}. Choose another namespace{back}",
-            )
-        if self.agents_namespaces and namespace not in self.agents_namespaces:
-            allowed = ", ".join(self.agents_namespaces)
-            return (
-                MeshReason.NAMESPACE_NOT_ALLOWED,
-                f"spec.namespace {namespace} is not a namespace the operator may put the "
-                f"agents in (only {allowed}); nothing was changed and {kept}. With the Helm "
-                f"chart, add {namespace} to the value {CHART_NAMESPACES_VALUE} (which grants "
-                "the operator a Role there, --agents-namespace), or set spec.namespace to "
-                f"one of {allowed}",
-            )
-        return None
 
     def problems(self, spec: AmbientMeshSpec, result: RenderResult) -> list[Problem]:
         """Everything that makes the mesh Degraded (judged in status/components.py)."""
@@ -335,34 +200,6 @@ class DataplaneController:
     def report_workaround_misses(self, count: int) -> None:
         """The webhook's count of Windows pods admitted without the workaround, for status."""
         self.workaround_misses = count
-
-    def _taking_over(self, result: RenderResult, target: str, owner: Owner) -> list[str]:
-        """Why the agents in `target` cannot take over yet; empty when they can.
-
-        Make-before-break where the agents can run twice on a node: ztunnel
-        on the pod network is Ready beside the old one (the way its own
-        surge rollout hands over). Agents on the host network (istio-cni, the
-        Windows HostProcess agents) cannot: the new pods wait for the old
-        ones' ports and CNI configuration, so they must be placed on every
-        node (their pods created, the DaemonSet accepted by admission and the
-        controller) and then they start as the old ones leave, like their own
-        rollout without surge.
-        """
-        ours = self.ours(owner)
-        rendered = {
-            obj["metadata"]["name"]: obj for obj in result.objects if obj["kind"] == "DaemonSet"
-        }
-        waiting = []
-        for ds in result.daemonsets:
-            live = ours.get(("apps/v1", "DaemonSet", target, ds.name))
-            pod = ((rendered.get(ds.name) or {}).get("spec") or {}).get("template", {})
-            rule = (
-                daemonset_placed if (pod.get("spec") or {}).get("hostNetwork") else daemonset_ready
-            )
-            ok, why = rule(live, len(ds.nodes))
-            if not ok:
-                waiting.append(f"{ds.name}: {why}")
-        return waiting
 
     def _components(
         self, result: RenderResult, namespace: str, owner: Owner

@@ -1,0 +1,243 @@
+"""One Gateway's reconcile: render its waypoint, write its objects all or nothing,
+prune what it no longer needs, and write its status."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ambient_operator.api import constants as c
+from ambient_operator.api import metrics
+from ambient_operator.api.v1alpha1 import AmbientMeshSpec
+from ambient_operator.apply.ownership import conflict
+from ambient_operator.apply.plan import Owner, plan, prepare
+from ambient_operator.apply.writer import NameConflictError, write
+from ambient_operator.controllers.waypoints.classes import WaypointClasses
+from ambient_operator.controllers.waypoints.common import (
+    NAMESPACE,
+    SERVICE_ACCOUNT,
+    STATUS_ATTEMPTS,
+    GatewayKey,
+    log,
+)
+from ambient_operator.kube.client import KubeError
+from ambient_operator.kube.resources import ObjectKey, key_of, kind_of
+from ambient_operator.render import waypoints as wr
+from ambient_operator.status import waypoints as ws
+from ambient_operator.status.writer import write_status
+
+
+class WaypointGateways(WaypointClasses):
+    """Deploys each Gateway of our class and reports on it in its status."""
+
+    # -- one Gateway ------------------------------------------------------------------
+    async def _foreign_service_account(
+        self, key: GatewayKey, gateway: Mapping[str, Any], owner: Owner, names: wr.Names
+    ) -> dict[str, Any] | None:
+        """The ServiceAccount named by annotation, when it exists and is not the Gateway's own.
+
+        Such an account may carry a cloud identity or RBAC of its own: the
+        policy decides whether the waypoint may run as it, and it is never
+        written (an owner reference would delete it with the Gateway).
+        Without the annotation the account is the Gateway's own, as upstream.
+        """
+        annotations = (gateway.get("metadata") or {}).get("annotations") or {}
+        if c.ANNOTATION_GATEWAY_SERVICE_ACCOUNT not in annotations:
+            return None
+        if wr.service_account_problem(names):
+            return None  # render refuses the name; it must not reach an API path
+        name = names.service_account
+        cached = self.objects.get(key, {}).get(("v1", "ServiceAccount", key[0], name))
+        if cached is not None and conflict(cached, owner) is None:
+            return None
+        live = await self._call(self.kube.get, SERVICE_ACCOUNT, name, key[0])
+        if live is None or conflict(live, owner) is None:
+            return None
+        return live
+
+    async def _reconcile_gateway(self, spec: AmbientMeshSpec, key: GatewayKey) -> bool:
+        """Objects and status of one Gateway; False when something must be retried."""
+        gateway = self.gateways.get(key)
+        if gateway is None or gateway["metadata"].get("deletionTimestamp"):
+            return True  # garbage collection removes what the Gateway owned
+        namespace = self.state.namespaces.get(key[0])
+        # Nothing can be created in a namespace that is going or gone: a write
+        # (say, restoring the ServiceAccount the namespace controller just
+        # deleted) is refused, again on every retry. A Gateway can outlive its
+        # namespace when that controller fails (seen in the suite: 404 on every
+        # write for minutes), so one the cache does not know is looked up.
+        if namespace is None:
+            live = await self._call(self.kube.get, NAMESPACE, key[0])
+            if live is None:
+                return True  # gone; its Gateways go with it, nothing to retry
+            # There, but its event is still behind the Gateway's.
+            if live["metadata"].get("deletionTimestamp"):
+                return True
+        elif namespace.get("terminating"):
+            return True
+        owner = Owner.of(gateway)
+        # What this Gateway controls: an object that merely carries our labels
+        # is neither updated, pruned nor read for status.
+        owned = self._owned(key, owner)
+        gateway_class = self.classes.get(str((gateway.get("spec") or {}).get("gatewayClassName")))
+        if not wr.class_is_ours(gateway_class, spec.waypoints.controller_name):
+            ok = True
+            for obj in owned.values():
+                ok = await self._prune(obj, owner, key[0]) and ok
+            return ok
+        await self._load_config_maps(
+            wr.parameter_refs(gateway, gateway_class, spec.namespace), f"gw:{key[0]}/{key[1]}"
+        )
+        names = wr.names_of(gateway)
+        foreign = await self._foreign_service_account(key, gateway, owner, names)
+        result = wr.render_waypoint(
+            spec, gateway, gateway_class, self._config_data(), foreign_service_account=foreign
+        )
+        errors: list[str] = []
+        conflicts: list[str] = []
+        if result.accepted.status == "True":
+            prepared = [prepare(obj, owner, wr.CONTROLLER) for obj in result.objects]
+            todo = plan(prepared, owned)
+            current = await self._current(todo.apply, owned, owner, conflicts, errors)
+            # All or nothing: a waypoint short of one object serves nobody, and
+            # the others would sit under names somebody else may want back.
+            if not (conflicts or errors):
+                await self._write_all(todo.apply, current, owner, conflicts, errors)
+            if not (conflicts or errors):
+                for obj in todo.prune:
+                    if not await self._prune(obj, owner, key[0]):
+                        errors.append(f"could not delete {obj['kind']} {obj['metadata']['name']}")
+        for reason, message in result.warnings:
+            await self._call(self.events.post, gateway, "Warning", reason, message)
+        ok = await self._write_status(
+            spec, key, result, "; ".join(errors) or None, "; ".join(conflicts) or None
+        )
+        # A conflict is retried with backoff too: the name may be freed.
+        return ok and not errors and not conflicts
+
+    def _owned(self, key: GatewayKey, owner: Owner) -> dict[ObjectKey, dict[str, Any]]:
+        return {
+            okey: obj
+            for okey, obj in self.objects.get(key, {}).items()
+            if conflict(obj, owner) is None
+        }
+
+    async def _current(
+        self,
+        objects: Iterable[Mapping[str, Any]],
+        owned: Mapping[ObjectKey, dict[str, Any]],
+        owner: Owner,
+        conflicts: list[str],
+        errors: list[str],
+    ) -> dict[ObjectKey, dict[str, Any] | None]:
+        """What the API server holds under each name we are about to write.
+
+        Our caches see only objects with our labels, so a name not among
+        this Gateway's own is asked for; whatever is not ours is a conflict.
+        """
+        current: dict[ObjectKey, dict[str, Any] | None] = {}
+        for obj in objects:
+            okey = key_of(obj)
+            live = owned.get(okey)
+            if live is None:
+                meta = obj["metadata"]
+                try:
+                    live = await self._call(
+                        self.kube.get, kind_of(dict(obj)), meta["name"], meta.get("namespace")
+                    )
+                except KubeError as exc:
+                    errors.append(f"{obj['kind']} {meta['name']}: {exc.message}")
+                    continue
+            why = conflict(live, owner)
+            if why is not None:
+                conflicts.append(why)
+            current[okey] = live
+        return current
+
+    async def _write_all(
+        self,
+        objects: list[dict[str, Any]],
+        current: Mapping[ObjectKey, dict[str, Any] | None],
+        owner: Owner,
+        conflicts: list[str],
+        errors: list[str],
+    ) -> None:
+        async def one(obj: dict[str, Any]) -> None:
+            try:
+                live = await self._call(write, self.kube, obj, current.get(key_of(obj)), owner)
+            except NameConflictError as exc:
+                conflicts.append(exc.message)  # taken meanwhile; nothing was written
+                return
+            except KubeError as exc:
+                errors.append(f"{obj['kind']} {obj['metadata']['name']}: {exc.message}")
+                return
+            self.on_owned("MODIFIED", live)
+            metrics.OBJECTS_APPLIED.labels(kind=obj["kind"]).inc()
+
+        # The ServiceAccount first: a pod naming a missing one is refused,
+        # and the ReplicaSet controller backs off. The rest go together.
+        for obj in (o for o in objects if o["kind"] == "ServiceAccount"):
+            await one(obj)
+        await asyncio.gather(*(one(o) for o in objects if o["kind"] != "ServiceAccount"))
+
+    def _live(self, key: GatewayKey, kind: str, name: str, owner: Owner) -> dict[str, Any] | None:
+        api = "apps/v1" if kind == "Deployment" else "v1"
+        obj = self.objects.get(key, {}).get((api, kind, key[0], name))
+        # Another party's Service must never lend the Gateway its address.
+        return obj if obj is not None and conflict(obj, owner) is None else None
+
+    async def _write_status(
+        self,
+        spec: AmbientMeshSpec,
+        key: GatewayKey,
+        result: wr.WaypointRender,
+        error: str | None,
+        name_conflict: str | None = None,
+    ) -> bool:
+        for _ in range(STATUS_ATTEMPTS):
+            gateway = self.gateways.get(key)
+            if gateway is None:
+                return True
+            owner = Owner.of(gateway)
+            deployment = self._live(key, "Deployment", result.names.deployment, owner)
+            service = self._live(key, "Service", result.names.service, owner)
+            programmed = ws.programmed_verdict(
+                result.accepted, result.replicas, deployment, service, error, name_conflict
+            )
+            desired = ws.gateway_status(
+                gateway,
+                result.accepted,
+                programmed,
+                result.listeners,
+                service,
+                spec.cluster_domain,
+                self.clock(),
+            )
+            if not ws.gateway_status_changed(desired, gateway.get("status")):
+                return True
+            try:
+                # A precondition: addresses are kept from what we last saw, so
+                # a stale copy must not overwrite newer ones.
+                wrote = await self._call(
+                    write_status, self.kube, gateway, desired, precondition=True
+                )
+            except KubeError as exc:
+                log.warning("Gateway %s/%s status: %s", *key, exc)
+                return False
+            if not wrote.written:
+                fresh = wrote.live
+                if fresh is None:
+                    return True  # deleted meanwhile
+                self.gateways[key] = fresh
+                if (fresh.get("metadata") or {}).get("generation") != gateway["metadata"].get(
+                    "generation"
+                ):
+                    self.dirty.add(key)  # the spec changed too: render again
+                    self._poke()
+                    return True
+                continue
+            assert wrote.live is not None
+            self.gateways[key] = wrote.live
+            return True
+        return False
