@@ -668,7 +668,8 @@ def _reaction_section(results: dict[str, Any]) -> list[str]:
             "floor, which leaves the operator's own work almost no room within 2x; the chain "
             "floor is the fairer comparison. An idle operator first waits "
             f"{debounce['namespace'] * 1000:.0f} ms for more events (`idle_debounce_seconds` "
-            "in app/operator.py, `IDLE_DEBOUNCE_SECONDS` in controllers/waypoints.py), so that "
+            "in app/operator.py, `IDLE_DEBOUNCE_SECONDS` in "
+            "controllers/waypoints/controller.py), so that "
             "events delivered together are one pass; without that wait the operator's "
             "share of the p50 is about "
             + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in own.items())
