@@ -32,6 +32,8 @@ from ambient_operator.render import waypoints as wr
 from ambient_operator.webhook.config import WebhookOptions
 from ambient_operator.webhook.server import Webhook
 from render_cases import CASES, SAMPLE_MESH, SAMPLE_NODES, Case
+from test_waypoint_units import gateway, gateway_class
+from test_webhook_units import _review
 
 MESH_OWNER = Owner("ambientoperator.io/v1alpha1", "AmbientMesh", "default", "uid-mesh")
 WS2022, WS2025 = "10.0.20348", "10.0.26100"
@@ -115,33 +117,6 @@ def _dataplane_renders() -> Iterator[tuple[str, list[dict[str, Any]]]]:
 # -- waypoints -------------------------------------------------------------------
 
 
-def _gateway(infrastructure: dict[str, Any] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "gatewayClassName": "ambient-waypoint",
-        "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}],
-    }
-    if infrastructure is not None:
-        spec["infrastructure"] = infrastructure
-    return {
-        "apiVersion": c.GATEWAY_API_VERSION,
-        "kind": "Gateway",
-        "metadata": {"name": "waypoint", "namespace": "apps", "uid": "uid-gw", "generation": 1},
-        "spec": spec,
-    }
-
-
-def _gateway_class(parameters: dict[str, Any] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"controllerName": "ambientoperator.io/waypoint-controller"}
-    if parameters:
-        spec["parametersRef"] = parameters
-    return {
-        "apiVersion": c.GATEWAY_API_VERSION,
-        "kind": "GatewayClass",
-        "metadata": {"name": "ambient-waypoint", "generation": 1},
-        "spec": spec,
-    }
-
-
 def _ref(name: str, **extra: str) -> dict[str, str]:
     return {"group": "", "kind": "ConfigMap", "name": name, **extra}
 
@@ -159,13 +134,13 @@ WINDOWS_PARAMETERS = {
 
 
 def _waypoint_renders() -> Iterator[tuple[str, wr.WaypointRender]]:
-    yield "defaults", wr.render_waypoint(AmbientMeshSpec(), _gateway(), _gateway_class(), {})
+    yield "defaults", wr.render_waypoint(AmbientMeshSpec(), gateway(), gateway_class(), {})
     yield (
         "gateway-parameters-ask-for-windows",
         wr.render_waypoint(
             AmbientMeshSpec(),
-            _gateway({"parametersRef": _ref("params")}),
-            _gateway_class(),
+            gateway(infrastructure={"parametersRef": _ref("params")}),
+            gateway_class(),
             {("apps", "params"): WINDOWS_PARAMETERS},
         ),
     )
@@ -176,8 +151,8 @@ def _waypoint_renders() -> Iterator[tuple[str, wr.WaypointRender]]:
         "mesh-class-and-gateway-layers",
         wr.render_waypoint(
             spec,
-            _gateway({"parametersRef": _ref("gw-params")}),
-            _gateway_class(_ref("class-params", namespace="istio-system")),
+            gateway(infrastructure={"parametersRef": _ref("gw-params")}),
+            gateway_class(_ref("class-params", namespace="istio-system")),
             {
                 ("istio-system", "class-params"): {
                     "nodeSelector": "{zone: a, beta.kubernetes.io/os: linux}",
@@ -607,17 +582,7 @@ TOLERATE = [{"key": "os", "operator": "Equal", "value": "windows", "effect": "No
 )
 def test_the_webhook_patch_never_moves_a_pod(placement: dict[str, Any], annotation: str) -> None:
     pod = _windows_pod(**placement)
-    review = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "u-1",
-            "operation": "CREATE",
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": "ns",
-            "object": pod,
-        },
-    }
+    review = _review(pod)
     response = _webhook().review(review)["response"]
     assert response["patchType"] == "JSONPatch"
     ops = json.loads(base64.b64decode(response["patch"]))
