@@ -30,7 +30,7 @@ from ambient_operator.kube.client import Kube, KubeError
 from ambient_operator.render import render_dataplane
 from ambient_operator.render import waypoints as wr
 from ambient_operator.webhook.config import WebhookOptions
-from ambient_operator.webhook.server import Webhook
+from ambient_operator.webhook.upkeep import Webhook
 from render_cases import CASES, SAMPLE_MESH, SAMPLE_NODES, Case
 from test_waypoint_units import gateway, gateway_class
 from test_webhook_units import _review

@@ -32,7 +32,8 @@ from ambient_operator.kube.client import Kube
 from ambient_operator.webhook import certs
 from ambient_operator.webhook.config import WebhookOptions
 from ambient_operator.webhook.intake import LogLimiter
-from ambient_operator.webhook.server import AdmissionServer, Webhook
+from ambient_operator.webhook.server import AdmissionServer
+from ambient_operator.webhook.upkeep import Webhook
 from operator_harness import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

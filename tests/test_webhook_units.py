@@ -30,7 +30,8 @@ from ambient_operator.webhook import certs
 from ambient_operator.webhook import decide as d
 from ambient_operator.webhook.config import WebhookOptions, webhook_configuration
 from ambient_operator.webhook.misses import MissTracker
-from ambient_operator.webhook.server import AdmissionServer, Webhook
+from ambient_operator.webhook.server import AdmissionServer
+from ambient_operator.webhook.upkeep import Webhook
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_NODES = ROOT / "operator/ambient_operator/samples/nodes-mixed.yaml"

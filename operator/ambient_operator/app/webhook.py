@@ -17,7 +17,7 @@ from ambient_operator.status.events import EventRecorder
 from ambient_operator.webhook import certs
 from ambient_operator.webhook.config import WebhookOptions
 from ambient_operator.webhook.misses import MissTracker
-from ambient_operator.webhook.server import Webhook
+from ambient_operator.webhook.upkeep import Webhook
 
 log = logging.getLogger(__name__)
 
