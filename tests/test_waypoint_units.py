@@ -23,6 +23,7 @@ from ambient_operator.apply.plan import Owner, prepare
 from ambient_operator.cli.waypoint import waypoint_gateway
 from ambient_operator.cluster.state import ClusterState
 from ambient_operator.controllers.waypoints import WaypointController
+from ambient_operator.render import placement as pl
 from ambient_operator.render import waypoints as wr
 from ambient_operator.status import waypoints as ws
 
@@ -513,8 +514,9 @@ def test_windows_placement_is_overridden_and_reported() -> None:
     )
 )
 def test_pinning_always_selects_linux_and_nothing_windows_only(selector: dict[str, str]) -> None:
-    pinned, _, dropped = wr.pin_linux(selector, [])
+    pinned, _, dropped = pl.pin_linux(selector, [])
     assert pinned[c.LABEL_OS] == "linux"
+    assert pl.pod_os(pinned) == "linux"
     assert not any(key.startswith("node.kubernetes.io/windows-") for key in pinned)
     assert pinned.get("beta.kubernetes.io/os", "linux") == "linux"
     kept = {k: v for k, v in selector.items() if k in ("pool", "zone")}

@@ -159,7 +159,7 @@ def _daemonset_values(
         "max_surge": surge,
         "pod_labels": _pod_labels(component, plat.name),
         "pod_annotations": _pod_annotations(component, plat),
-        "os": "windows" if plat.windows else "linux",
+        "os": plat.where.os,
         "service_account": account,
         "priority_class": spec.priority_class_name,
         "grace_seconds": grace,

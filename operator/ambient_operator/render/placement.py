@@ -1,9 +1,14 @@
-"""Where each DaemonSet runs: node requirements, tolerations, selector and affinity.
+"""Where pods run: the one place that pins pod templates to an OS.
 
-OS, architecture and build pinning are decided here and nowhere else, so no
-template can forget them. The rendered selection is built to pick exactly
-the nodes the verdicts assign to a platform, including nodes that lack a
-label the selection would normally use (their facts came from nodeInfo).
+Agents are pinned per OS and Windows build (node requirements, tolerations,
+selector and affinity of each DaemonSet), waypoints to Linux (`pin_linux`,
+for their Deployment and for istiod's istio-waypoint class defaults), and
+`pod_os` names the OS of a pinned template for its `spec.os.name`. OS,
+architecture and build pinning are decided here and nowhere else, so no
+template can forget them or disagree with its own pin. The agents' selection
+is built to pick exactly the nodes the verdicts assign to a platform,
+including nodes that lack a label the selection would normally use (their
+facts came from nodeInfo).
 """
 
 from __future__ import annotations
@@ -20,6 +25,11 @@ from ambient_operator.render.model import PLATFORM_LINUX
 
 LINUX_ARCHES = ("amd64", "arm64")
 WINDOWS_ARCHES = ("amd64",)
+POD_OSES = ("linux", "windows")
+# Node labels that name a node's OS (the second is deprecated but still set).
+_OS_KEYS = (c.LABEL_OS, "beta.kubernetes.io/os")
+# Node labels that can only ever select Windows nodes.
+_WINDOWS_ONLY_PREFIX = "node.kubernetes.io/windows-"
 
 # Together these tolerate every taint: an agent missing from a node breaks
 # that node's pods, which is worse than running where others may not.
@@ -120,6 +130,11 @@ class Placement:
     node_selector: dict[str, str]
     affinity: dict[str, Any] | None
 
+    @property
+    def os(self) -> str:
+        """The OS these pods are pinned to, for the template's spec.os.name."""
+        return pod_os(self.node_selector, self.affinity)
+
 
 def placement(requirements: Sequence[Requirement], nodes: Sequence[NodeFacts]) -> Placement:
     """Selection that admits every given node and nothing else that lacks the requirements.
@@ -157,3 +172,65 @@ def placement(requirements: Sequence[Requirement], nodes: Sequence[NodeFacts]) -
         }
     }
     return Placement(selector, affinity)
+
+
+def pod_os(node_selector: Mapping[str, str], affinity: Mapping[str, Any] | None = None) -> str:
+    """The OS a pod template's pin names, for its `spec.os.name`.
+
+    The pin is `nodeSelector["kubernetes.io/os"]` or, where `placement`
+    moved it because some intended node lacks the label, the single-valued
+    OS expression of the first affinity term (the other terms pick nodes by
+    name). A template without a pin gets no guessed OS: ValueError.
+    """
+    named = node_selector.get(c.LABEL_OS)
+    if named is None and affinity is not None:
+        required = affinity.get("nodeAffinity", {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution", {}
+        )
+        terms = required.get("nodeSelectorTerms") or [{}]
+        for expression in terms[0].get("matchExpressions", []):
+            values = expression.get("values", [])
+            if (
+                expression.get("key") == c.LABEL_OS
+                and expression.get("operator") == "In"
+                and len(values) == 1
+            ):
+                named = values[0]
+    if named not in POD_OSES:
+        raise ValueError(f"the pod template does not pin one OS (kubernetes.io/os is {named!r})")
+    return str(named)
+
+
+def pin_linux(
+    node_selector: Mapping[str, str], tolerations: Sequence[Mapping[str, Any]]
+) -> tuple[dict[str, str], list[dict[str, Any]], tuple[str, ...]]:
+    """Scheduling that can only pick Linux nodes, and what had to go to get it.
+
+    Envoy has no Windows build: whatever the user asks, the OS label is
+    `linux`, Windows-only node labels are dropped, and tolerations of the
+    Windows node taint are dropped (they could only matter on Windows nodes).
+    Waypoint Deployments and istiod's istio-waypoint class defaults use it.
+    """
+    dropped: list[str] = []
+    selector: dict[str, str] = {}
+    # `dropped` names keys only: the values may come from a ConfigMap, and
+    # they end up in an Event.
+    for key, value in sorted(node_selector.items()):
+        if key in _OS_KEYS:
+            if value != "linux":
+                dropped.append(f"nodeSelector {key} (not linux)")
+            elif key != c.LABEL_OS:
+                selector[key] = value  # the deprecated label, but it agrees
+            continue
+        if key.startswith(_WINDOWS_ONLY_PREFIX):
+            dropped.append(f"nodeSelector {key}")
+            continue
+        selector[key] = value
+    selector[c.LABEL_OS] = "linux"
+    kept: list[dict[str, Any]] = []
+    for toleration in tolerations:
+        if toleration.get("key") in ("os", *_OS_KEYS) and toleration.get("value") == "windows":
+            dropped.append(f"toleration {toleration.get('key')}=windows")
+            continue
+        kept.append(dict(toleration))
+    return selector, kept, tuple(dropped)

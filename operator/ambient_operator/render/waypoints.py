@@ -33,6 +33,7 @@ from ambient_operator.api.v1alpha1 import (
     WaypointPolicy,
 )
 from ambient_operator.kube.resources import NameRule, shown, why_not_a_name
+from ambient_operator.render.placement import pin_linux, pod_os
 from ambient_operator.render.templating import render_object
 
 # Prune sets (apply.LABEL_CONTROLLER): one per Gateway, selected together with
@@ -60,9 +61,6 @@ _NOT_COPIED_ANNOTATIONS = frozenset(
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-# Node labels that can only ever select Windows nodes.
-_OS_KEYS = (c.LABEL_OS, "beta.kubernetes.io/os")
-_WINDOWS_ONLY_PREFIX = "node.kubernetes.io/windows-"
 # Envoy and the Go agent name log levels differently from the AmbientMesh.
 _PROXY_LEVELS = {
     "trace": "trace",
@@ -440,41 +438,7 @@ def policy_problem(
     return None
 
 
-# -- settings and Linux pinning -------------------------------------------------
-
-
-def pin_linux(
-    node_selector: Mapping[str, str], tolerations: Sequence[Mapping[str, Any]]
-) -> tuple[dict[str, str], list[dict[str, Any]], tuple[str, ...]]:
-    """Scheduling that can only pick Linux nodes, and what had to go to get it.
-
-    Envoy has no Windows build: whatever the user asks, the OS label is
-    `linux`, Windows-only node labels are dropped, and tolerations of the
-    Windows node taint are dropped (they could only matter on Windows nodes).
-    """
-    dropped: list[str] = []
-    selector: dict[str, str] = {}
-    # `dropped` names keys only: the values may come from a ConfigMap, and
-    # they end up in an Event.
-    for key, value in sorted(node_selector.items()):
-        if key in _OS_KEYS:
-            if value != "linux":
-                dropped.append(f"nodeSelector {key} (not linux)")
-            elif key != c.LABEL_OS:
-                selector[key] = value  # the deprecated label, but it agrees
-            continue
-        if key.startswith(_WINDOWS_ONLY_PREFIX):
-            dropped.append(f"nodeSelector {key}")
-            continue
-        selector[key] = value
-    selector[c.LABEL_OS] = "linux"
-    kept: list[dict[str, Any]] = []
-    for toleration in tolerations:
-        if toleration.get("key") in ("os", *_OS_KEYS) and toleration.get("value") == "windows":
-            dropped.append(f"toleration {toleration.get('key')}=windows")
-            continue
-        kept.append(dict(toleration))
-    return selector, kept, tuple(dropped)
+# -- settings --------------------------------------------------------------------
 
 
 def default_image(spec: AmbientMeshSpec) -> str:
@@ -694,6 +658,7 @@ def _objects(
             selector=selector,
             pod_labels=pod_labels,
             pod_annotations=pod_annotations,
+            os=pod_os(settings.node_selector),
             node_selector=settings.node_selector,
             tolerations=settings.tolerations,
             image=settings.image,
