@@ -392,16 +392,31 @@ def namespace_events(labels: Mapping[str, str], gateways: Mapping[str, bool]) ->
     at to whether each is a waypoint (an HBONE listener on 15008).
     """
     out = set()
+
+    def looks_like(key: str, squashed: str) -> bool:
+        # Case, dashes, underscores, dots and slashes aside, with or without istio's prefix.
+        flat = re.sub(r"[-_./]", "", key.lower())
+        return flat in (squashed, "istio" + squashed, "istioio" + squashed)
+
     mode = labels.get("istio.io/dataplane-mode")
+    misspelt_mode = mode is None and any(looks_like(k, "dataplanemode") for k in labels)
+    if misspelt_mode:
+        out.add("MisspelledDataplaneMode")
     if mode is not None and mode not in ("ambient", "none"):
         out.add("InvalidDataplaneMode")
     sidecar = labels.get("istio-injection") == "enabled" or "istio.io/rev" in labels
     if mode == "ambient" and sidecar:
         out.add("SidecarAndAmbient")
     waypoint = labels.get("istio.io/use-waypoint")
+    if waypoint is None and any(looks_like(k, "usewaypoint") for k in labels):
+        out.add("MisspelledUseWaypoint")
     if waypoint and waypoint != "none":
+        if mode in (None, "none") and not misspelt_mode:
+            out.add("WaypointWithoutAmbient")
+        switch = {"true", "yes", "on", "enabled", "enable", "1"}
+        switch |= {"false", "no", "off", "disabled", "disable", "0"}
         if waypoint not in gateways:
-            out.add("WaypointNotFound")
+            out.add("WaypointNameExpected" if waypoint.lower() in switch else "WaypointNotFound")
         elif not gateways[waypoint]:
             out.add("NotAWaypoint")
     return out

@@ -398,7 +398,8 @@ def test_ready_condition_follows_the_readiness_rule(
             assert (f"{cs.name}: {why}" in verdict.message) != ok
 
 
-DEGRADING = ["UnsupportedNodes", "IstiodNotFound", "IstiodTrustMissing", "RenderWarning"]
+# Most severe first, as docs/troubleshooting.md lists them.
+DEGRADING = ["IstiodNotFound", "IstiodTrustMissing", "UnsupportedNodes", "RenderWarning"]
 
 
 @settings(max_examples=examples(1100))

@@ -7,6 +7,7 @@ Tests in this module run in order against one operator process.
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import re
 import subprocess
@@ -23,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 import oracle
 from ambient_devcluster import LocalCluster, create_nodes, install_istiod_objects
-from ambient_devcluster.harness import condition, get_mesh
+from ambient_devcluster.harness import condition, get_mesh, set_mesh_spec
 from conftest import BIN_DIR, unique_name, wait_for
 from operator_harness import AuditLog, RunningOperator
 
@@ -613,6 +614,112 @@ def _written(audit: AuditLog, since: int, resource: str) -> set[str]:
         ):
             out.add(str(ref.get("name")))
     return out
+
+
+def _warnings(k8s: client.ApiClient, kind: str, name: str) -> dict[str, str]:
+    """Warning Events about an object: reason -> message."""
+    events = (
+        client.CoreV1Api(k8s)
+        .list_event_for_all_namespaces(
+            field_selector=f"involvedObject.kind={kind},involvedObject.name={name}"
+        )
+        .items
+    )
+    return {e.reason: e.message for e in events if e.type == "Warning"}
+
+
+def test_a_talks_labels_are_told_apart(k8s: client.ApiClient, operator: RunningOperator) -> None:
+    # A new user labels namespaces as a talk shows: `data-plane-mode: ambient`
+    # and `use-waypoint: true`, once with Istio's prefix on the second key.
+    core = client.CoreV1Api(k8s)
+    prefixed, bare, alone = (unique_name(p) for p in ("talk", "talk-bare", "wp-alone"))
+    labels = {
+        prefixed: {"data-plane-mode": "ambient", "istio.io/use-waypoint": "true"},
+        bare: {"data-plane-mode": "ambient", "use-waypoint": "true"},
+        alone: {"istio.io/use-waypoint": "waypoint"},
+    }
+    want = {
+        prefixed: {"MisspelledDataplaneMode", "WaypointNameExpected"},
+        bare: {"MisspelledDataplaneMode", "MisspelledUseWaypoint"},
+        alone: {"WaypointWithoutAmbient", "WaypointNotFound"},
+    }
+    for name, lab in labels.items():
+        core.create_namespace({"metadata": {"name": name, "labels": lab}})
+    try:
+        for name, reasons in want.items():
+            wait_for(
+                lambda n=name, r=reasons: set(_warnings(k8s, "Namespace", n)) >= r,
+                30,
+                f"{sorted(reasons)} on {name}",
+            )
+        # A pass posts all of a namespace's Events in its check, before its
+        # data-plane reconcile ends: once one more has ended, all were posted.
+        done = operator.metric(PASSES_DONE, controller="dataplane")
+        wait_for(
+            lambda: operator.metric(PASSES_DONE, controller="dataplane") > done,
+            30,
+            "a pass after the Events",
+        )
+        told = {name: _warnings(k8s, "Namespace", name) for name in want}
+        assert {name: set(events) for name, events in told.items()} == want
+        # Not enrolled, the right key named; "true" is not a waypoint's name.
+        assert told[prefixed]["MisspelledDataplaneMode"] == (
+            "data-plane-mode=ambient is not a label Istio reads; the key is "
+            "istio.io/dataplane-mode. This namespace is not enrolled in ambient and ztunnel "
+            f"does not redirect its pods: kubectl label namespace {prefixed} "
+            "istio.io/dataplane-mode=ambient"
+        )
+        assert told[prefixed]["WaypointNameExpected"] == (
+            "istio.io/use-waypoint takes the name of a waypoint Gateway, not true: no Gateway "
+            f"{prefixed}/true exists, so traffic skips any waypoint; {prefixed} has no waypoint "
+            f"yet (ambient-operator waypoint apply -n {prefixed} makes one named waypoint)"
+        )
+        assert told[bare]["MisspelledUseWaypoint"] == (
+            "use-waypoint=true is not a label Istio reads; the key is istio.io/use-waypoint, "
+            "and it takes a waypoint Gateway's name, not true. No waypoint is used: set "
+            "istio.io/use-waypoint=<name of a waypoint Gateway>"
+        )
+        assert told[alone]["WaypointWithoutAmbient"].startswith(
+            "istio.io/use-waypoint=waypoint has no effect on this namespace's pods: the "
+            "namespace is not enrolled in ambient (no istio.io/dataplane-mode=ambient)"
+        )
+    finally:
+        for name in labels:
+            with contextlib.suppress(ApiException):
+                core.delete_namespace(name)
+
+
+def test_a_missing_istiod_is_named_before_unsupported_nodes(
+    k8s: client.ApiClient, operator: RunningOperator
+) -> None:
+    # The sample nodes keep win2019-1, which no agent can serve (UnsupportedNodes);
+    # an istiod that is not there is the worse news and names the reason.
+    _wait_converged(k8s, 90, "converged")
+    spec = copy.deepcopy(get_mesh(k8s)["spec"])
+    missing = unique_name("istiod-gone")
+    gone = copy.deepcopy(spec)
+    gone.setdefault("istiod", {})["serviceName"] = missing
+
+    def degraded(reason: str, generation: int) -> dict[str, Any] | None:
+        cond = condition(get_mesh(k8s), "Degraded")
+        ok = cond.get("observedGeneration") == generation and cond.get("reason") == reason
+        return cond if ok else None
+
+    generation = int(set_mesh_spec(k8s, gone)["metadata"]["generation"])
+    try:
+        cond = wait_for(lambda: degraded("IstiodNotFound", generation), 60, "IstiodNotFound")
+        message = str(cond["message"])
+        # Each cause once: the missing Service, then the unsupported node; not the
+        # render's fallback for the Windows agents, which is the same missing Service.
+        assert message.startswith(
+            f"Service {AGENTS_NS}/{missing} not found; agents cannot reach istiod; "
+        ), message
+        assert message.count(missing) == 1, message
+        assert "win2019-1 (WindowsBuildUnsupported" in message, message
+    finally:
+        generation = int(set_mesh_spec(k8s, spec)["metadata"]["generation"])
+    wait_for(lambda: degraded("UnsupportedNodes", generation), 60, "UnsupportedNodes again")
+    _wait_converged(k8s, 90, "Ready again")
 
 
 def test_metrics_tell_the_same_story(

@@ -64,11 +64,12 @@ class MeshReason(StrEnum):
     AGENTS_READY = "AgentsReady"
     DAEMONSET_NOT_READY = "DaemonSetNotReady"
     NO_AGENTS = "NoAgents"
-    # Degraded (the first problem names the reason; controllers/dataplane.py looks in this order)
+    # Degraded: the most severe problem names the reason; status/components.py
+    # (mesh_problems) looks in this order, most severe first.
     AS_EXPECTED = "AsExpected"
-    UNSUPPORTED_NODES = "UnsupportedNodes"
     ISTIOD_NOT_FOUND = "IstiodNotFound"
     ISTIOD_TRUST_MISSING = "IstiodTrustMissing"
+    UNSUPPORTED_NODES = "UnsupportedNodes"
     RENDER_WARNING = "RenderWarning"
 
 
@@ -97,10 +98,14 @@ INTENDED_EXCLUSIONS = frozenset(
 class NamespaceEvent(StrEnum):
     """Warning Events on a Namespace (or a Service with istio.io/use-waypoint)."""
 
+    MISSPELLED_DATAPLANE_MODE = "MisspelledDataplaneMode"
     INVALID_DATAPLANE_MODE = "InvalidDataplaneMode"
     SIDECAR_AND_AMBIENT = "SidecarAndAmbient"
     WAYPOINT_NOT_FOUND = "WaypointNotFound"
     NOT_A_WAYPOINT = "NotAWaypoint"
+    MISSPELLED_USE_WAYPOINT = "MisspelledUseWaypoint"
+    WAYPOINT_WITHOUT_AMBIENT = "WaypointWithoutAmbient"
+    WAYPOINT_NAME_EXPECTED = "WaypointNameExpected"
 
 
 class GatewayCondition(StrEnum):
@@ -375,16 +380,6 @@ MESH_CONDITIONS = Table(
             when(MeshCondition.DEGRADED, "False"),
         ),
         Row(
-            MeshReason.UNSUPPORTED_NODES,
-            "Some nodes can never run the agents (see node reasons below); pods on them are not "
-            "in the mesh. Nodes you left out on purpose ("
-            + ", ".join(f"`{r.value}`" for r in NodeReason if r in INTENDED_EXCLUSIONS)
-            + ") do not count.",
-            "Move mesh workloads off those nodes, or upgrade them (WS2019 to WS2022 or later). "
-            "The message lists up to 10.",
-            when(MeshCondition.DEGRADED, "True"),
-        ),
-        Row(
             MeshReason.ISTIOD_NOT_FOUND,
             "The istiod Service (`spec.istiod.serviceName`, or `istiod[-<revision>]` in "
             "`spec.namespace`) does not exist, and no `spec.istiod.address` is set. Agents "
@@ -400,6 +395,16 @@ MESH_CONDITIONS = Table(
             "Set the istiod chart value the message names, `env.CA_TRUSTED_NODE_ACCOUNTS`, to "
             "every account it lists, comma-separated (with `--set-string`, escape the commas as "
             "`\\,`). The chart's `trustedZtunnelName` names only one account.",
+            when(MeshCondition.DEGRADED, "True"),
+        ),
+        Row(
+            MeshReason.UNSUPPORTED_NODES,
+            "Some nodes can never run the agents (see node reasons below); pods on them are not "
+            "in the mesh. Nodes you left out on purpose ("
+            + ", ".join(f"`{r.value}`" for r in NodeReason if r in INTENDED_EXCLUSIONS)
+            + ") do not count.",
+            "Move mesh workloads off those nodes, or upgrade them (WS2019 to WS2022 or later). "
+            "The message lists up to 10.",
             when(MeshCondition.DEGRADED, "True"),
         ),
         Row(
@@ -468,6 +473,15 @@ NAMESPACE_EVENTS = Table(
     _REASON_COLUMNS,
     (
         Row(
+            NamespaceEvent.MISSPELLED_DATAPLANE_MODE,
+            "The namespace has a key that looks like `istio.io/dataplane-mode` but is not it "
+            "(`data-plane-mode`, `dataplane-mode`, `istio.io/data-plane-mode`, "
+            "`istio.io/dataPlaneMode`, ...) and not the key itself. Istio reads only the exact "
+            "key: the namespace is not enrolled and ztunnel does not redirect its pods.",
+            "`kubectl label namespace <ns> istio.io/dataplane-mode=ambient`, and remove the "
+            "misspelt key.",
+        ),
+        Row(
             NamespaceEvent.INVALID_DATAPLANE_MODE,
             "`istio.io/dataplane-mode` has a value other than `ambient` or `none`; pods there are "
             "not enrolled.",
@@ -492,6 +506,29 @@ NAMESPACE_EVENTS = Table(
             "waypoint; traffic skips it.",
             "Use a Gateway of a waypoint class with the listener `{name: mesh, port: 15008, "
             "protocol: HBONE}`.",
+        ),
+        Row(
+            NamespaceEvent.MISSPELLED_USE_WAYPOINT,
+            "A key that looks like `istio.io/use-waypoint` but is not it (`use-waypoint`, "
+            "`istio.io/useWaypoint`, ...), and not the key itself: no waypoint is used.",
+            "`kubectl label namespace <ns> istio.io/use-waypoint=<waypoint name>`, and remove the "
+            "misspelt key.",
+        ),
+        Row(
+            NamespaceEvent.WAYPOINT_WITHOUT_AMBIENT,
+            "`istio.io/use-waypoint` is on a namespace without `istio.io/dataplane-mode=ambient`: "
+            "its pods are not redirected by ztunnel, so the label has no effect on them (pods "
+            "labelled for ambient themselves excepted). Not told when a misspelt or invalid "
+            "`istio.io/dataplane-mode` is the reason.",
+            "`kubectl label namespace <ns> istio.io/dataplane-mode=ambient`.",
+        ),
+        Row(
+            NamespaceEvent.WAYPOINT_NAME_EXPECTED,
+            "`istio.io/use-waypoint` is `true` (or `yes`, `enabled`, `false`, ...) and no Gateway "
+            "has that name. The label takes a waypoint Gateway's name, or `none` to use no "
+            "waypoint; traffic skips any waypoint. Told instead of `WaypointNotFound`.",
+            "Set it to a waypoint's name (the message lists the namespace's waypoints), or "
+            "create one: `ambient-operator waypoint apply -n <ns>` makes `waypoint`.",
         ),
     ),
 )

@@ -93,14 +93,73 @@ def summarize(
     )
 
 
+# Values people give istio.io/use-waypoint when they read it as a switch; it
+# takes a Gateway's name (or `none`), and no waypoint is ever named these.
+SWITCH_ON = frozenset({"true", "yes", "on", "enabled", "enable", "1"})
+SWITCH_OFF = frozenset({"false", "no", "off", "disabled", "disable", "0"})
+
+
+def _squashed(key: str) -> str:
+    """A label key without case, separators or an Istio prefix: what a near miss shares.
+
+    `data-plane-mode`, `istio.io/data-plane-mode`, `istio.io/dataPlaneMode`
+    and `Istio.io/dataplane-mode` all squash to `dataplanemode`; a key of
+    another project's prefix (`example.com/dataplane-mode`) does not.
+    """
+    flat = "".join(ch for ch in key.lower() if ch not in "-_./")
+    for prefix in ("istioio", "istio"):
+        if flat.startswith(prefix):
+            return flat[len(prefix) :]
+    return flat
+
+
+_DATAPLANE_MODE = _squashed(c.LABEL_DATAPLANE_MODE)
+_USE_WAYPOINT = _squashed(c.LABEL_USE_WAYPOINT)
+
+
+def near_misses(labels: Mapping[str, str], right: str) -> list[str]:
+    """Keys of `labels` that look like the label key `right` but are not it, sorted."""
+    squashed = _squashed(right)
+    return sorted(key for key in labels if key != right and _squashed(key) == squashed)
+
+
+def carries_ambient_labels(labels: Mapping[str, str]) -> bool:
+    """The labels hold an ambient key, right or nearly: worth judging."""
+    return any(_squashed(key) in (_DATAPLANE_MODE, _USE_WAYPOINT) for key in labels)
+
+
 def namespace_problems(
     name: str,
     labels: Mapping[str, str],
     waypoint_exists: Mapping[tuple[str, str], bool],
+    *,
+    enrollment: bool = False,
 ) -> list[tuple[NamespaceEvent, str]]:
-    """(reason, message) for each thing wrong with a namespace's ambient labels."""
+    """(reason, message) for each thing wrong with a namespace's ambient labels.
+
+    `waypoint_exists` maps each Gateway's (namespace, name) to whether it is a
+    waypoint. The same labels on a Service are judged too (`istio.io/use-waypoint`
+    works on both); `enrollment=True` says the labels are a Namespace's, where a
+    misspelt `istio.io/dataplane-mode` or a missing one leaves its pods out of
+    the mesh, which a Service's labels never decide. Root causes come first.
+    """
     problems: list[tuple[NamespaceEvent, str]] = []
     mode = labels.get(c.LABEL_DATAPLANE_MODE)
+    # Only while the right key is absent: beside it, a stray key changes nothing.
+    misspelt_mode = near_misses(labels, c.LABEL_DATAPLANE_MODE) if mode is None else []
+    if enrollment:
+        for key in misspelt_mode:
+            value = labels[key]
+            fix = value if value in VALID_MODES else "ambient"
+            problems.append(
+                (
+                    NamespaceEvent.MISSPELLED_DATAPLANE_MODE,
+                    f"{key}={value} is not a label Istio reads; the key is "
+                    f"{c.LABEL_DATAPLANE_MODE}. This namespace is not enrolled in ambient and "
+                    f"ztunnel does not redirect its pods: kubectl label namespace {name} "
+                    f"{c.LABEL_DATAPLANE_MODE}={fix}",
+                )
+            )
     if mode is not None and mode not in VALID_MODES:
         problems.append(
             (
@@ -118,23 +177,71 @@ def namespace_problems(
             )
         )
     waypoint = labels.get(c.LABEL_USE_WAYPOINT)
-    if waypoint and waypoint != "none":
-        target_ns = labels.get(c.LABEL_USE_WAYPOINT_NAMESPACE) or name
-        found = waypoint_exists.get((target_ns, waypoint))
-        if found is None:
+    if waypoint is None:
+        for key in near_misses(labels, c.LABEL_USE_WAYPOINT):
+            value = labels[key]
+            switch = value.lower() in SWITCH_ON | SWITCH_OFF
+            fix = "<name of a waypoint Gateway>" if switch else value
+            takes = f", and it takes a waypoint Gateway's name, not {value}" if switch else ""
             problems.append(
                 (
-                    NamespaceEvent.WAYPOINT_NOT_FOUND,
-                    f"{c.LABEL_USE_WAYPOINT}={waypoint} names Gateway {target_ns}/{waypoint}, "
-                    "which does not exist; traffic skips the waypoint",
+                    NamespaceEvent.MISSPELLED_USE_WAYPOINT,
+                    f"{key}={value} is not a label Istio reads; the key is "
+                    f"{c.LABEL_USE_WAYPOINT}{takes}. No waypoint is used: set "
+                    f"{c.LABEL_USE_WAYPOINT}={fix}",
                 )
             )
-        elif not found:
-            problems.append(
-                (
-                    NamespaceEvent.NOT_A_WAYPOINT,
-                    f"{c.LABEL_USE_WAYPOINT}={waypoint} names Gateway {target_ns}/{waypoint}, "
-                    "which is not a waypoint (no HBONE listener on 15008); traffic skips it",
-                )
+    if not waypoint or waypoint == "none":
+        return problems
+    # Said once: a misspelt or invalid dataplane-mode above already tells that
+    # the namespace is not enrolled, and how to enroll it.
+    if enrollment and mode in (None, "none") and not misspelt_mode:
+        why = "no" if mode is None else f"{c.LABEL_DATAPLANE_MODE}=none, not"
+        problems.append(
+            (
+                NamespaceEvent.WAYPOINT_WITHOUT_AMBIENT,
+                f"{c.LABEL_USE_WAYPOINT}={waypoint} has no effect on this namespace's pods: "
+                f"the namespace is not enrolled in ambient ({why} "
+                f"{c.LABEL_DATAPLANE_MODE}=ambient), so ztunnel does not redirect their "
+                "traffic; only pods labelled for ambient themselves use the waypoint. "
+                f"Label the namespace {c.LABEL_DATAPLANE_MODE}=ambient",
             )
+        )
+    target_ns = labels.get(c.LABEL_USE_WAYPOINT_NAMESPACE) or name
+    found = waypoint_exists.get((target_ns, waypoint))
+    if found is None and waypoint.lower() in SWITCH_ON | SWITCH_OFF:
+        if waypoint.lower() in SWITCH_OFF:
+            fix = "to use no waypoint, set it to none"
+        else:
+            there = sorted(gw for (ns, gw), ok in waypoint_exists.items() if ns == target_ns and ok)
+            fix = (
+                f"waypoints in {target_ns}: {', '.join(there)}"
+                if there
+                else f"{target_ns} has no waypoint yet (ambient-operator waypoint apply -n "
+                f"{target_ns} makes one named waypoint)"
+            )
+        problems.append(
+            (
+                NamespaceEvent.WAYPOINT_NAME_EXPECTED,
+                f"{c.LABEL_USE_WAYPOINT} takes the name of a waypoint Gateway, not "
+                f"{waypoint}: no Gateway {target_ns}/{waypoint} exists, so traffic skips any "
+                f"waypoint; {fix}",
+            )
+        )
+    elif found is None:
+        problems.append(
+            (
+                NamespaceEvent.WAYPOINT_NOT_FOUND,
+                f"{c.LABEL_USE_WAYPOINT}={waypoint} names Gateway {target_ns}/{waypoint}, "
+                "which does not exist; traffic skips the waypoint",
+            )
+        )
+    elif not found:
+        problems.append(
+            (
+                NamespaceEvent.NOT_A_WAYPOINT,
+                f"{c.LABEL_USE_WAYPOINT}={waypoint} names Gateway {target_ns}/{waypoint}, "
+                "which is not a waypoint (no HBONE listener on 15008); traffic skips it",
+            )
+        )
     return problems

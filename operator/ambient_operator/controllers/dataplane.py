@@ -165,7 +165,7 @@ class DataplaneController(DataplaneMoves):
                 outcome.conflicts.append(exc.message)
                 continue
             except KubeError as exc:
-                outcome.errors.append(f"{what}: {exc.message}")
+                outcome.failed(what, exc.message)
                 continue
             self.state.remember_owned(live)
             metrics.OBJECTS_APPLIED.labels(kind=obj["kind"]).inc()
@@ -188,7 +188,7 @@ class DataplaneController(DataplaneMoves):
             try:
                 pruned = await asyncio.to_thread(prune, self.kube, obj, owner, scope)
             except KubeError as exc:
-                outcome.errors.append(f"prune {what}: {exc.message}")
+                outcome.failed(f"prune {what}", exc.message)
                 continue
             if not pruned:
                 continue  # out of scope this pass (the old namespace during a move)

@@ -29,6 +29,7 @@ from ambient_operator.api.v1alpha1 import (
     NodeInventory,
 )
 from ambient_operator.render.model import RenderResult
+from ambient_operator.render.values import windows_istiod
 
 
 def component_status(
@@ -224,12 +225,32 @@ def mesh_problems(
     services: Collection[tuple[str, str]],
     istiod: Mapping[str, Any] | None,
 ) -> list[Problem]:
-    """Everything that makes the mesh Degraded, most important first.
+    """Everything that makes the mesh Degraded, most severe first, each cause once.
 
     `services` are the (namespace, name) of the Services the operator
     watches; `istiod` is istiod's Deployment, when found.
     """
+    # The order is by how much of the mesh each problem stops, because the
+    # first names Degraded's reason and is what an operator fixes first:
+    # - no istiod: no agent anywhere gets configuration or a certificate;
+    # - istiod not trusting a ztunnel account: every node of that account
+    #   (the Windows ones, typically) runs agents that cannot serve a pod;
+    # - unsupported nodes: those nodes only, and the rest of the mesh works;
+    # - render warnings: a fallback that may yet work.
     problems: list[Problem] = []
+    service = spec.istiod.service()
+    istiod_missing = spec.istiod.address is None and (spec.namespace, service) not in services
+    if istiod_missing:
+        problems.append(
+            Problem(
+                MeshReason.ISTIOD_NOT_FOUND,
+                f"Service {spec.namespace}/{service} not found; agents cannot reach istiod",
+            )
+        )
+    trust = istiod_trust(result, istiod)
+    if trust is not None and trust[1]:
+        trusted, missing = trust
+        problems.append(Problem(MeshReason.ISTIOD_TRUST_MISSING, trust_message(trusted, missing)))
     unsupported = [
         v for v in result.verdicts if not v.supported and v.reason not in INTENDED_EXCLUSIONS
     ]
@@ -242,20 +263,12 @@ def mesh_problems(
                 f"{len(unsupported)} node(s) get no ambient agent: {listed}{more}",
             )
         )
-    service = spec.istiod.service()
-    if spec.istiod.address is None and (spec.namespace, service) not in services:
-        problems.append(
-            Problem(
-                MeshReason.ISTIOD_NOT_FOUND,
-                f"Service {spec.namespace}/{service} not found; agents cannot reach istiod",
-            )
-        )
-    trust = istiod_trust(result, istiod)
-    if trust is not None and trust[1]:
-        trusted, missing = trust
-        problems.append(Problem(MeshReason.ISTIOD_TRUST_MISSING, trust_message(trusted, missing)))
-    for warning in result.warnings:
-        problems.append(Problem(MeshReason.RENDER_WARNING, warning))
+    # A missing istiod Service also leaves its IP unknown to the render, which
+    # warns about the Windows agents' fallback: the same cause, told above.
+    said = {windows_istiod(spec, None)[1]} if istiod_missing else set()
+    for warning in dict.fromkeys(result.warnings):
+        if warning not in said:
+            problems.append(Problem(MeshReason.RENDER_WARNING, warning))
     return problems
 
 
@@ -267,14 +280,19 @@ class ApplyOutcome:
     """What one pass of writes and prunes came to."""
 
     conflicts: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+    # (what was written or pruned, the API server's message), in pass order.
+    errors: list[tuple[str, str]] = field(default_factory=list)
     # Why the old namespace's objects were kept this pass (a move under way).
     waiting: str | None = None
+
+    def failed(self, what: str, cause: str) -> None:
+        """Record a write or prune of `what` that the API server refused with `cause`."""
+        self.errors.append((what, cause))
 
     def verdict(self, objects: int) -> Verdict:
         """The Reconciled condition."""
         if self.conflicts:
-            message = "; ".join([*self.conflicts, *self.errors])
+            message = "; ".join([*self.conflicts, *failures(self.errors)])
             return Verdict(
                 MeshCondition.RECONCILED,
                 "False",
@@ -288,12 +306,38 @@ class ApplyOutcome:
                 MeshCondition.RECONCILED,
                 "False",
                 MeshReason.APPLY_FAILED,
-                "; ".join(self.errors) + "; nothing was pruned",
+                "; ".join(failures(self.errors)) + "; nothing was pruned",
             )
         message = f"{objects} objects match the spec"
         if self.waiting:
             message += f"; {self.waiting}"
         return Verdict(MeshCondition.RECONCILED, "True", MeshReason.RECONCILED, message)
+
+
+FAILED_EXAMPLES = 3
+
+
+def failures(errors: Sequence[tuple[str, str]]) -> list[str]:
+    """One line per cause, in the order causes first came, with the objects it hit.
+
+    A pass whose writes all fail for one reason (a namespace gone, a webhook
+    down, the API server unreachable) fails once per object; the cause is
+    told once, with how many objects it hit and the first few of them.
+    """
+    hit: dict[str, list[str]] = {}
+    for what, cause in errors:
+        hit.setdefault(cause, []).append(what)
+    out = []
+    for cause, objects in hit.items():
+        if len(objects) == 1:
+            out.append(f"{objects[0]}: {cause}")
+            continue
+        named = ", ".join(objects[:FAILED_EXAMPLES])
+        more = len(objects) - FAILED_EXAMPLES
+        if more > 0:
+            named += f" and {more} more"
+        out.append(f"{cause} ({len(objects)} objects: {named})")
+    return out
 
 
 def trust_message(trusted: Sequence[str], missing: Sequence[str]) -> str:

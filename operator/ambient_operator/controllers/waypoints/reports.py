@@ -51,5 +51,7 @@ class WaypointReports(WaypointGateways):
         """Services whose istio.io/use-waypoint names no waypoint get a Warning Event."""
         waypoints = {key: wr.is_waypoint(gw) for key, gw in self.gateways.items()}
         for (namespace, _), service in sorted(self.services.items()):
-            for reason, message in namespace_problems(namespace, service["labels"], waypoints):
+            for reason, message in namespace_problems(
+                namespace, service["labels"], waypoints, enrollment=False
+            ):
                 await self._call(self.events.post, service, "Warning", reason, message)
