@@ -606,7 +606,7 @@ def _quantile_table(groups: dict[str, list[float]], unit: str = "ms") -> str:
 
 def _debounces() -> dict[str, float]:
     """The quiet time each kind of reaction waits for, from the operator's own code."""
-    from ambient_operator.app.operator import Options
+    from ambient_operator.app.options import Options
     from ambient_operator.controllers.waypoints import IDLE_DEBOUNCE_SECONDS
 
     # Trials start on an idle operator: both loops fold only what arrives together.
@@ -668,7 +668,7 @@ def _reaction_section(results: dict[str, Any]) -> list[str]:
             "floor, which leaves the operator's own work almost no room within 2x; the chain "
             "floor is the fairer comparison. An idle operator first waits "
             f"{debounce['namespace'] * 1000:.0f} ms for more events (`idle_debounce_seconds` "
-            "in app/operator.py, `IDLE_DEBOUNCE_SECONDS` in "
+            "in app/options.py, `IDLE_DEBOUNCE_SECONDS` in "
             "controllers/waypoints/controller.py), so that "
             "events delivered together are one pass; without that wait the operator's "
             "share of the p50 is about "
@@ -739,8 +739,8 @@ def _reaction_section(results: dict[str, Any]) -> list[str]:
             "passes within seconds (the node, the DaemonSets' rollout status, the agent pod, "
             "the deletion, the prune); when an event arrives within 2 s after a pass the "
             "operator treats it as sustained churn and sleeps a spacing gap (0.5 s doubling to "
-            "5 s, `Operator._space_out`) before the next pass, and the next node's join "
-            "waits for the rest of that gap.",
+            "5 s, `ReconcileLoop._space_out` in runtime/loop.py) before the next pass, and "
+            "the next node's join waits for the rest of that gap.",
             "",
         ]
     return text

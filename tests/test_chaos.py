@@ -59,7 +59,7 @@ from ambient_devcluster.harness import (
     set_mesh_spec,
 )
 from ambient_operator.api import constants as c
-from ambient_operator.app.operator import OWNED_API_KINDS
+from ambient_operator.app.options import OWNED_API_KINDS
 from ambient_operator.kube.client import Kube, load_api_client
 from ambient_operator.kube.resources import KINDS
 from conftest import BIN_DIR, ignoring, unique_name, wait_for

@@ -39,7 +39,8 @@ from ambient_devcluster.harness import (
 )
 from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
-from ambient_operator.app.operator import Operator, Options
+from ambient_operator.app.operator import Operator
+from ambient_operator.app.options import Options
 from ambient_operator.cli.main import build_parser
 from ambient_operator.cluster.facts import ClusterFacts, NodeFacts
 from ambient_operator.render import render_dataplane

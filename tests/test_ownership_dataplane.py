@@ -53,7 +53,8 @@ from ambient_devcluster import LocalCluster, api_client_for
 from ambient_devcluster.harness import condition, get_mesh
 from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
-from ambient_operator.app.operator import Operator, Options
+from ambient_operator.app.operator import Operator
+from ambient_operator.app.options import Options
 from ambient_operator.cli.main import build_parser
 from ambient_operator.cluster.facts import ClusterFacts, NodeFacts
 from ambient_operator.render import render_dataplane
@@ -281,8 +282,12 @@ class InProcess:
                 cni_rbac=flags.cni_rbac,
             )
         op = Operator(options)
-        op.prime()
-        asyncio.run(op.dataplane.reconcile())
+
+        async def prime_and_pass() -> None:
+            await op.prime()
+            await op.dataplane.reconcile()
+
+        asyncio.run(prime_and_pass())
         self.passes += 1
 
     def converged_in(self, k8s: client.ApiClient, namespace: str, away: tuple[str, ...]) -> bool:

@@ -240,6 +240,17 @@ def others_objects(k8s: client.ApiClient, namespace: str, name: str) -> None:
         },
     )
 
+    # kube-controller-manager annotates a new Deployment with its revision:
+    # a change of its own, not the operator's, so it comes before the snapshot.
+    def observed() -> bool:
+        live = apps.read_namespaced_deployment(name, namespace)
+        return bool(
+            (live.metadata.annotations or {}).get("deployment.kubernetes.io/revision")
+            and (live.status.observed_generation or 0) >= live.metadata.generation
+        )
+
+    wait_for(observed, TIMEOUT, f"Deployment {namespace}/{name} observed by its controller")
+
 
 def read_all(k8s: client.ApiClient, namespace: str, name: str) -> dict[str, dict[str, Any]]:
     core, apps = client.CoreV1Api(k8s), client.AppsV1Api(k8s)

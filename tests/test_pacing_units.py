@@ -1,9 +1,14 @@
-"""The reconcile loop's pacing, over times given by the test (no clock)."""
+"""The reconcile loop's pacing over times given by the test (no clock), then the loop itself."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
 import pytest
 
+from ambient_operator.runtime.loop import ReconcileLoop, Timing
 from ambient_operator.runtime.pacing import MAX_GAP_SECONDS, URGENT_BURST, Pacer
 
 
@@ -100,3 +105,99 @@ def test_an_idle_spell_starts_a_new_busy_period() -> None:
     p.ended(now + 2.6, urgent=True)
     # Another urgent pass just ran, but the busy period is new: still at once.
     assert p.urgent_goes_now(now + 2.7, urgent=True)
+
+
+# -- the loop that uses the pacing (runtime/loop.py), on a real event loop ---------
+
+
+class _Source:
+    """A Trigger as the caches are: an event and the urgency of what is pending."""
+
+    def __init__(self) -> None:
+        self.trigger = asyncio.Event()
+        self.urgent = False
+
+    def poke(self, urgent: bool = True) -> None:
+        self.urgent = self.urgent or urgent
+        self.trigger.set()
+
+
+_TIMING = Timing(debounce=0.01, idle_debounce=0.001, max_delay=0.05, status_delay=0.05)
+_DEADLINE = 10.0  # seconds any pass may take to happen on a loaded machine
+
+
+def _run(body: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(body(), _DEADLINE * 3))
+
+
+def test_the_loop_passes_after_a_poke_and_only_while_leading() -> None:
+    async def body() -> None:
+        source, passes, leader = _Source(), asyncio.Queue[bool](), [False]
+
+        async def work() -> None:
+            await passes.put(source.urgent)
+
+        loop = ReconcileLoop("test", source, work, lambda: leader[0], _TIMING)
+        task = asyncio.create_task(loop.run())
+        source.poke()
+        # Not leading: the change is taken (the urgency is consumed), no pass runs.
+        # Wait until the loop is idle again, seen as the trigger being cleared.
+        while source.trigger.is_set() or source.urgent:
+            await asyncio.sleep(0.001)
+        assert passes.empty()
+        leader[0] = True
+        source.poke()
+        # The pass sees the urgency already consumed by the loop (it is the loop's to tell).
+        assert await asyncio.wait_for(passes.get(), _DEADLINE) is False
+        assert loop.pacer.last_urgent_end > float("-inf")
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    _run(body)
+
+
+def test_a_pass_that_raises_is_tried_again_without_a_new_change() -> None:
+    async def body() -> None:
+        source, calls = _Source(), asyncio.Queue[int]()
+        count = [0]
+
+        async def work() -> None:
+            count[0] += 1
+            await calls.put(count[0])
+            if count[0] == 1:
+                raise RuntimeError("boom")
+
+        timing = Timing(
+            debounce=0.01, idle_debounce=0.001, max_delay=0.05, status_delay=0.05, retry=0.0
+        )
+        task = asyncio.create_task(ReconcileLoop("test", source, work, lambda: True, timing).run())
+        source.poke()
+        assert await asyncio.wait_for(calls.get(), _DEADLINE) == 1
+        assert await asyncio.wait_for(calls.get(), _DEADLINE) == 2
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    _run(body)
+
+
+def test_resync_runs_a_pass_with_no_change_at_all() -> None:
+    async def body() -> None:
+        source, calls = _Source(), asyncio.Queue[None]()
+
+        async def work() -> None:
+            await calls.put(None)
+
+        timing = Timing(
+            debounce=0.01, idle_debounce=0.001, max_delay=0.05, status_delay=0.05, resync=0.01
+        )
+        task = asyncio.create_task(ReconcileLoop("test", source, work, lambda: True, timing).run())
+        await asyncio.wait_for(calls.get(), _DEADLINE)
+        await asyncio.wait_for(calls.get(), _DEADLINE)
+        assert not source.trigger.is_set()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    _run(body)

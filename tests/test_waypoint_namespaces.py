@@ -11,8 +11,8 @@ from kubernetes import client
 from ambient_devcluster import LocalCluster
 from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
-from ambient_operator.app.operator import namespace_entry
 from ambient_operator.cluster.state import ClusterState
+from ambient_operator.cluster.watches import namespace_entry
 from ambient_operator.controllers.waypoints import WaypointController
 from ambient_operator.kube.client import Kube, load_api_client
 from ambient_operator.kube.resources import KINDS

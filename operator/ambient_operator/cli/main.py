@@ -46,7 +46,9 @@ def _agents_namespaces(flags: list[str] | None) -> tuple[str, ...]:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     # Imported here: `crd` and `render` must work without kopf's start-up cost.
-    from ambient_operator.app.operator import Operator, Options, configure_logging
+    from ambient_operator.app.kopf_glue import configure_logging
+    from ambient_operator.app.operator import Operator
+    from ambient_operator.app.options import Options
     from ambient_operator.webhook.config import WebhookOptions
 
     try:

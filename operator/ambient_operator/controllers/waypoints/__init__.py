@@ -11,8 +11,9 @@ that reads what they write; nothing here is touched from a thread.
 The operator's loop calls `reconcile()` (and so resyncs it), but a Gateway
 should not wait for the data plane: under churn that loop spaces its passes
 out by seconds, since a data-plane pass renders everything. A waypoint pass
-only touches what changed, so the controller also runs its own short loop,
-woken by its own watches, debounced by a fraction of a second. A lock keeps
+only touches what changed, so the controller also runs its own short loop
+(the same runtime/loop.py, with its own timing), woken by its own watches,
+debounced by a fraction of a second. A lock keeps
 the two from running a pass at the same time.
 
 One job per module, each a layer of one class (lowest first, each the base of
@@ -20,14 +21,14 @@ the next, so every attribute is known where it is used):
 
 - common.py: the constants and pure helpers the others share.
 - cache.py: the caches the watches fill, their event handlers, dirty flags.
-- priming.py: the first listing, the sweep targets, whether Gateway API is served.
+- priming.py: its rows of the watch table (cluster/watches.py), whether Gateway API is served.
 - classes.py: our GatewayClass, istiod's istio-waypoint class defaults, the
   ConfigMaps both read, and the prune the Gateways share.
 - gateways.py: one Gateway's objects and status.
 - reports.py: Warning Events on waypoints that cannot work.
-- controller.py: `WaypointController`: its own debounce loop (and its timings), the pass.
+- controller.py: `WaypointController`: its loop's timing, the pass.
 
-The kopf watches that feed it are registered in app/waypoints.py.
+app/watches.py registers, lists and sweeps its rows with the cluster state's.
 """
 
 from __future__ import annotations

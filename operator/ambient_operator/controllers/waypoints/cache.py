@@ -48,7 +48,9 @@ class WaypointCache:
         self.events = events
         self.resync_seconds = resync_seconds
         self.clock = clock
-        self.gateways: dict[GatewayKey, dict[str, Any]] = {}
+        # The one Gateway cache: the namespace checks read it too. This
+        # controller's watch is the only one that fills it.
+        self.gateways: dict[GatewayKey, dict[str, Any]] = state.gateways
         self.classes: dict[str, dict[str, Any]] = {}
         # Our objects per Gateway (namespace, gateway-name label).
         self.objects: dict[GatewayKey, dict[ObjectKey, dict[str, Any]]] = {}
@@ -72,7 +74,10 @@ class WaypointCache:
         # No pass before the caches hold what exists: a pass over half-loaded
         # caches would re-apply objects it has not seen yet.
         self.primed = False
-        self.wake = asyncio.Event()
+        # What the loop (runtime/loop.py) waits on; every change here is one a
+        # user waits for (a Gateway, its objects), so every poke is urgent.
+        self.trigger = asyncio.Event()
+        self.urgent = False
         self._lock = asyncio.Lock()
         # Whether the API server serves Gateway API; asked again until it does.
         self.gateway_api = False
@@ -91,7 +96,8 @@ class WaypointCache:
 
     # -- watch events (called on the event loop) ---------------------------------
     def _poke(self) -> None:
-        self.wake.set()
+        self.urgent = True
+        self.trigger.set()
 
     def on_gateway(self, event: str | None, body: Mapping[str, Any]) -> None:
         """A Gateway was listed, changed or deleted."""
@@ -103,11 +109,13 @@ class WaypointCache:
                 self.dirty.discard(key)
                 self.services_dirty = True
                 self._poke()
+                self.state.poke()  # namespaces naming it as their waypoint
             return
         old = self.gateways.get(key)
         if old is not None and resource_version(old) >= resource_version(body):
             return  # our own write came back, or an event older than an apply response
         self.gateways[key] = copy.deepcopy(dict(body))
+        self.state.poke()
         if old is None:
             self.services_dirty = True
             # Pods seen before their Gateway are judged now.

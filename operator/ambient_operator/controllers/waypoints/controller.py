@@ -1,4 +1,4 @@
-"""The waypoint controller: its own debounce loop, the pass, and the steps of a pass.
+"""The waypoint controller: its loop's timing, the pass, and the steps of a pass.
 
 The operator's loop calls `reconcile()` too; a lock keeps the two from
 running a pass at the same time. What each step does is in the modules
@@ -26,53 +26,29 @@ from ambient_operator.controllers.waypoints.common import (
     log,
 )
 from ambient_operator.controllers.waypoints.reports import WaypointReports
-from ambient_operator.runtime.pacing import Pacer
+from ambient_operator.runtime.loop import ReconcileLoop, Timing
 
-# The own loop: a burst of events within DEBOUNCE of each other is one pass,
-# and no change waits longer than MAX_DELAY.
-DEBOUNCE_SECONDS = 0.1
-MAX_DELAY_SECONDS = 1.0
-# A change to a loop that made few passes lately is handled at once (only
-# events delivered together fold; see runtime/pacing.py); passes are incremental, so
-# a burst costs little more.
+# A burst of events within 100 ms of each other is one pass, and no change
+# waits longer than 1 s. A change to a loop that made few passes lately is
+# handled at once (only events delivered together fold; see runtime/pacing.py);
+# passes are incremental, so a burst costs little more and needs no spacing out.
 IDLE_DEBOUNCE_SECONDS = 0.005
+TIMING = Timing(
+    debounce=0.1,
+    idle_debounce=IDLE_DEBOUNCE_SECONDS,
+    max_delay=1.0,
+    status_delay=1.0,
+    space_out=False,
+    retry=RETRY_SECONDS[0],
+)
 
 
 class WaypointController(WaypointReports):
     """Deploys Gateways of our class, keeps our GatewayClass and istiod's class defaults."""
 
-    # -- the loops ----------------------------------------------------------------
-    async def run(self, leading: Callable[[], bool]) -> None:
-        """Reconcile soon after each change, while `leading()` says we may write."""
-        loop = asyncio.get_running_loop()
-        # Every change here is one a user waits for (a Gateway, its objects).
-        pacer = Pacer(debounce=DEBOUNCE_SECONDS, idle_debounce=IDLE_DEBOUNCE_SECONDS)
-        while True:
-            await self.wake.wait()
-            pacer.idle_until(loop.time())
-            deadline = loop.time() + MAX_DELAY_SECONDS
-            while True:
-                self.wake.clear()
-                now = loop.time()
-                left = deadline - now
-                if left <= 0:
-                    break
-                debounce = pacer.debounce_for(now, urgent=True)
-                try:
-                    await asyncio.wait_for(self.wake.wait(), min(debounce, left))
-                except TimeoutError:
-                    break
-            if not leading():
-                continue  # the operator's loop takes over with us when we lead
-            try:
-                await self.reconcile()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("waypoint pass failed; retrying")
-                await asyncio.sleep(RETRY_SECONDS[0])
-                self.wake.set()
-            pacer.ended(loop.time(), urgent=True)
+    def loop(self, leading: Callable[[], bool]) -> ReconcileLoop:
+        """The waypoints' own loop: a pass soon after each change, while `leading()`."""
+        return ReconcileLoop("waypoints", self, self.reconcile, leading, TIMING)
 
     async def reconcile(self) -> None:
         """Reconcile what changed since the last pass; with nothing changed, no request."""

@@ -1,14 +1,14 @@
-"""Priming and sweeps: the first listing of everything watched, the sweep targets,
-and whether the API server serves Gateway API at all."""
+"""This controller's rows of the watch table (cluster/watches.py), and whether the
+API server serves Gateway API at all."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
 from typing import Any
 
 from ambient_operator.api import constants as c
 from ambient_operator.api.constants import LABEL_CONTROLLER
+from ambient_operator.cluster.watches import Watched
 from ambient_operator.controllers.waypoints.cache import WaypointCache
 from ambient_operator.controllers.waypoints.common import (
     CONFIG_MAP,
@@ -21,16 +21,20 @@ from ambient_operator.controllers.waypoints.common import (
 )
 from ambient_operator.kube.client import KubeError
 from ambient_operator.kube.resources import KINDS, Kind
-from ambient_operator.kube.sweep import Target
 from ambient_operator.render import waypoints as wr
 
 
 class WaypointPriming(WaypointCache):
-    """Fills the caches at start-up and hands them to kube/sweep.py."""
+    """This controller's rows of the watch table, and whether Gateway API is served."""
 
-    def sweep_targets(self) -> list[Target]:
-        """This controller's caches, for kube/sweep.py: what a watch may never report deleted."""
-        ours = f"{LABEL_CONTROLLER}={wr.CONTROLLER}"
+    def watches(self) -> list[Watched]:
+        """The caches of this controller as rows of cluster/watches.py's table.
+
+        The app layer registers, lists and sweeps them with the rows of the
+        cluster state; `mark_primed` is called once they are listed.
+        """
+        ours: dict[str, str | None] = {LABEL_CONTROLLER: wr.CONTROLLER}
+        service = KINDS[("v1", "Service")]
 
         def stub(kind: Kind, key: GatewayKey) -> dict[str, Any]:
             meta = {"name": key[1], **({"namespace": key[0]} if key[0] else {})}
@@ -44,77 +48,79 @@ class WaypointPriming(WaypointCache):
                 if okey[0] == kind.api_version and okey[1] == kind.kind
             }
 
-        def owned_target(kind: Kind) -> Target:
+        def owned_row(kind: Kind) -> Watched:
             def forget(key: GatewayKey) -> None:
                 obj = owned(kind).get(key)
                 if obj is not None:
                     self.on_owned("DELETED", obj)
 
-            return Target(kind, lambda: owned(kind), forget, label_selector=ours)
+            return Watched(
+                f"waypoints-owned-{kind.plural}",
+                kind,
+                self.on_owned,
+                labels=ours,
+                cached=lambda: owned(kind),
+                forget=forget,
+            )
 
-        targets = [
-            Target(
+        def class_defaults() -> dict[GatewayKey, dict[str, Any]]:
+            return {
+                key: cm
+                for key, cm in self.config_maps.items()
+                if cm is not None
+                and _labels(cm).get(c.LABEL_DEFAULTS_FOR_CLASS) == c.ISTIO_WAYPOINT_CLASS
+            }
+
+        return [
+            Watched(
+                "waypoints-gatewayclasses",
                 GATEWAY_CLASS,
-                lambda: {("", name): cls for name, cls in self.classes.items()},
-                lambda key: self.on_gateway_class("DELETED", stub(GATEWAY_CLASS, key)),
+                self.on_gateway_class,
+                cached=lambda: {("", name): cls for name, cls in self.classes.items()},
+                forget=lambda key: self.on_gateway_class("DELETED", stub(GATEWAY_CLASS, key)),
             ),
-            Target(
+            Watched(
+                "waypoints-gateways",
                 GATEWAY,
-                lambda: dict(self.gateways),
-                lambda key: self.on_gateway("DELETED", stub(GATEWAY, key)),
+                self.on_gateway,
+                cached=lambda: dict(self.gateways),
+                forget=lambda key: self.on_gateway("DELETED", stub(GATEWAY, key)),
             ),
-            Target(
-                KINDS[("v1", "Service")],
-                lambda: dict(self.services),
-                lambda key: self.on_service("DELETED", stub(KINDS[("v1", "Service")], key)),
-                label_selector=c.LABEL_USE_WAYPOINT,
-            ),
-            Target(
+            *(owned_row(kind) for kind in (KINDS[("apps/v1", "Deployment")], service)),
+            owned_row(SERVICE_ACCOUNT),
+            Watched(
+                "waypoints-configmaps",
                 CONFIG_MAP,
-                lambda: {
-                    key: cm
-                    for key, cm in self.config_maps.items()
-                    if cm is not None
-                    and _labels(cm).get(c.LABEL_DEFAULTS_FOR_CLASS) == c.ISTIO_WAYPOINT_CLASS
-                },
+                self.on_config_map,
+                # Class defaults, and whatever a Gateway's parametersRef names (only
+                # those are kept; the rest of the cluster's ConfigMaps never are).
+                when=self.wants_config_map,
+                list_selector=f"{c.LABEL_DEFAULTS_FOR_CLASS}={c.ISTIO_WAYPOINT_CLASS}",
+                cached=class_defaults,
                 # The cached copy: its labels say whether it held the class defaults.
-                lambda key: self.on_config_map(
+                forget=lambda key: self.on_config_map(
                     "DELETED", self.config_maps.get(key) or stub(CONFIG_MAP, key)
                 ),
-                label_selector=f"{c.LABEL_DEFAULTS_FOR_CLASS}={c.ISTIO_WAYPOINT_CLASS}",
+            ),
+            # Updates reach `place_pod` from the operator's pod informer (cluster/pods.py).
+            Watched(
+                "waypoints-pods",
+                KINDS[("v1", "Pod")],
+                self.on_pod,
+                list_selector=c.LABEL_GATEWAY_NAME,
+                watched=False,
+            ),
+            # Every Service is watched, to see istio.io/use-waypoint being removed;
+            # only those carrying it are listed and kept.
+            Watched(
+                "waypoints-services",
+                service,
+                self.on_service,
+                list_selector=c.LABEL_USE_WAYPOINT,
+                cached=lambda: dict(self.services),
+                forget=lambda key: self.on_service("DELETED", stub(service, key)),
             ),
         ]
-        owned_kinds = (KINDS[("apps/v1", "Deployment")], KINDS[("v1", "Service")], SERVICE_ACCOUNT)
-        targets += [owned_target(kind) for kind in owned_kinds]
-        return targets
-
-    # -- start-up ----------------------------------------------------------------
-    def _list_all(self) -> list[tuple[Callable[[str | None, Mapping[str, Any]], None], Any]]:
-        """Everything the watches will keep current, listed once (runs in a thread)."""
-        ours = f"{LABEL_CONTROLLER}={wr.CONTROLLER}"
-        listings: list[tuple[Callable[[str | None, Mapping[str, Any]], None], Any]] = []
-        for kind, selector, handler in (
-            (GATEWAY_CLASS, None, self.on_gateway_class),
-            (GATEWAY, None, self.on_gateway),
-            (KINDS[("apps/v1", "Deployment")], ours, self.on_owned),
-            (KINDS[("v1", "Service")], ours, self.on_owned),
-            (SERVICE_ACCOUNT, ours, self.on_owned),
-            (
-                CONFIG_MAP,
-                f"{c.LABEL_DEFAULTS_FOR_CLASS}={c.ISTIO_WAYPOINT_CLASS}",
-                self.on_config_map,
-            ),
-            (KINDS[("v1", "Pod")], c.LABEL_GATEWAY_NAME, self.on_pod),
-            (KINDS[("v1", "Service")], c.LABEL_USE_WAYPOINT, self.on_service),
-        ):
-            try:
-                items = self.kube.list(kind, label_selector=selector)
-            except KubeError as exc:
-                if exc.status == 404:  # Gateway API not installed yet: nothing to know
-                    continue
-                raise
-            listings.append((handler, items))
-        return listings
 
     def _serves_gateway_api(self) -> bool:
         try:
@@ -140,10 +146,7 @@ class WaypointPriming(WaypointCache):
         self.mark_all()
         return True
 
-    async def prime(self) -> None:
-        """Fill the caches before the first pass; the watches keep them current after."""
-        for handler, items in await self._call(self._list_all):
-            for obj in items:
-                handler("ADDED", obj)
+    def mark_primed(self) -> None:
+        """The rows are listed: passes may begin (none before, see WaypointCache)."""
         self.primed = True
         self._poke()

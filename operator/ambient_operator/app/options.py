@@ -1,0 +1,60 @@
+"""Settings of `ambient-operator run`, from flags or environment variables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ambient_operator.webhook.config import WebhookOptions
+
+# Kept by the operator only with --cni-rbac=operator; the chart ships them, and
+# then the operator neither writes nor watches RBAC objects.
+CNI_RBAC_API_KINDS = [
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+]
+OWNED_API_KINDS = [
+    ("apps/v1", "DaemonSet"),
+    ("v1", "ServiceAccount"),
+    ("v1", "ConfigMap"),
+    *CNI_RBAC_API_KINDS,
+]
+CNI_RBAC_BY_OPERATOR = "operator"
+CNI_RBAC_BY_CHART = "chart"
+
+
+@dataclass(frozen=True)
+class Options:
+    """Settings of `run`, from flags or environment variables."""
+
+    kubeconfig: str | None = None
+    metrics_port: int = 9090
+    health_port: int = 8080
+    log_format: str = "text"
+    log_level: str = "info"
+    leader_election: bool = False
+    lease_namespace: str = "istio-system"
+    lease_name: str = "ambient-operator"
+    lease_seconds: float = 15.0
+    debounce_seconds: float = 0.2
+    # A change reaching an idle operator is handled at once: only events
+    # arriving within this of each other (delivered together) are folded. A
+    # `kubectl apply` of many objects may take two passes; the second waits
+    # behind the spacing of passes, so a larger stream still folds.
+    idle_debounce_seconds: float = 0.005
+    max_delay_seconds: float = 1.0
+    # Pod and rollout progress only changes status: batch it more.
+    status_delay_seconds: float = 3.0
+    resync_seconds: float = 300.0
+    identity: str = ""
+    webhook: WebhookOptions = field(default_factory=WebhookOptions)
+    # Namespaces spec.namespace may name (empty: any); the chart's Roles are there.
+    agents_namespaces: tuple[str, ...] = ()
+    # Who keeps the istio-cni ClusterRole and binding: the operator or the chart.
+    cni_rbac: str = CNI_RBAC_BY_OPERATOR
+
+    @property
+    def owned_kinds(self) -> list[tuple[str, str]]:
+        """(apiVersion, kind) of every object kind the data plane writes."""
+        if self.cni_rbac == CNI_RBAC_BY_OPERATOR:
+            return list(OWNED_API_KINDS)
+        return [kind for kind in OWNED_API_KINDS if kind not in CNI_RBAC_API_KINDS]

@@ -1,0 +1,296 @@
+"""Every cache a watch keeps, declared as one table: what is watched, listed, swept and kept.
+
+A `Watched` row names one kind and everything the operator does with it:
+the watch's filters, what the first list at start-up and each sweep
+(kube/sweep.py) ask for, and `record`, the one function that turns an
+event into the cache's entry and wakes whoever reads it. The app layer
+registers every row with kopf, lists every row once before the first
+pass and sweeps every row; nothing else fills a cache.
+
+`state_watches` is the table of `ClusterState`'s caches; the waypoint
+controller adds its rows (controllers/waypoints/priming.py).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ambient_operator.api import constants as c
+from ambient_operator.cluster.state import ClusterState
+from ambient_operator.kube.client import Kube, KubeError
+from ambient_operator.kube.resources import KINDS, Kind, key_of
+from ambient_operator.kube.sweep import Key, Target
+
+Record = Callable[[str | None, Mapping[str, Any]], None]
+MANAGED = {c.LABEL_MANAGED_BY: c.MANAGED_BY}
+
+
+@dataclass(frozen=True)
+class Watched:
+    """One kind the operator keeps a cache of."""
+
+    id: str
+    kind: Kind
+    # (event type, body): update the cache and wake its readers. Runs on the event loop.
+    record: Record
+    # The watch's filters: labels that must be present (None: with any value)...
+    labels: Mapping[str, str | None] | None = None
+    # ...and a test of (name, namespace, labels) made on every event.
+    when: Callable[[str, str, Mapping[str, str]], bool] | None = None
+    # What the first list and the sweeps select; by default the watch's labels.
+    # A watch may see more than it lists (to see a label being removed).
+    list_selector: str | None = None
+    # One object by name (the AmbientMesh): listed by GET, swept by field selector.
+    name: str | None = None
+    # For the sweeps: the cache as {(namespace, name): object}, and how to forget
+    # an entry as a deletion would. None: not swept.
+    cached: Callable[[], Mapping[Key, Mapping[str, Any]]] | None = None
+    forget: Callable[[Key], None] | None = None
+    # False when the events come from elsewhere (pods: cluster/pods.py's informer).
+    watched: bool = True
+
+    @property
+    def selector(self) -> str | None:
+        """The label selector of the first list and of the sweeps."""
+        if self.list_selector is not None or not self.labels:
+            return self.list_selector
+        return ",".join(k if v is None else f"{k}={v}" for k, v in sorted(self.labels.items()))
+
+    def target(self) -> Target | None:
+        """This row as a sweep target, when it is swept."""
+        if self.cached is None or self.forget is None:
+            return None
+        return Target(
+            self.kind,
+            self.cached,
+            self.forget,
+            label_selector=self.selector,
+            field_selector=f"metadata.name={self.name}" if self.name else None,
+        )
+
+
+def list_all(kube: Kube, table: Sequence[Watched]) -> list[tuple[Watched, list[dict[str, Any]]]]:
+    """List every row once (blocking: run it in a thread); kinds not served are skipped."""
+    listings: list[tuple[Watched, list[dict[str, Any]]]] = []
+    for row in table:
+        try:
+            if row.name is not None:
+                found = kube.get(row.kind, row.name)
+                items = [found] if found is not None else []
+            else:
+                items = kube.list(row.kind, label_selector=row.selector)
+        except KubeError as exc:
+            if exc.status == 404:  # not served (Gateway API not installed): nothing to know
+                continue
+            raise
+        if row.when is not None:
+            items = [obj for obj in items if row.when(*_identity(obj))]
+        listings.append((row, items))
+    return listings
+
+
+def _identity(obj: Mapping[str, Any]) -> tuple[str, str, Mapping[str, str]]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("name") or ""), str(meta.get("namespace") or ""), meta.get("labels") or {}
+
+
+# -- the rows of ClusterState ---------------------------------------------------------
+
+
+def istiod_or_dns(name: str, _namespace: str, _labels: Mapping[str, str]) -> bool:
+    """The Services and Deployments the data plane reads: istiod's and the cluster DNS."""
+    return name.startswith("istiod") or name == "kube-dns"
+
+
+def desired_part(obj: Mapping[str, Any]) -> Any:
+    """What of one of our objects we (or a drifting user) write: all but status."""
+    meta = obj.get("metadata", {})
+    return (
+        meta.get("generation"),
+        meta.get("labels"),
+        meta.get("annotations"),
+        {k: v for k, v in obj.items() if k not in ("metadata", "status")},
+    )
+
+
+def node_shape(node: Mapping[str, Any]) -> Any:
+    """What render reads from a Node; heartbeats change nothing here.
+
+    Condition taints (node.kubernetes.io/not-ready and friends) come and go
+    with node health and are tolerated by every DaemonSet pod anyway.
+    """
+    meta = node.get("metadata", {})
+    status = node.get("status") or {}
+    taints = [
+        t
+        for t in (node.get("spec") or {}).get("taints") or []
+        if not str(t.get("key", "")).startswith("node.kubernetes.io/")
+    ]
+    return (meta.get("labels"), taints, status.get("nodeInfo"))
+
+
+def namespace_entry(ns: Mapping[str, Any]) -> dict[str, Any]:
+    """What the caches keep of a Namespace: identity, labels, and whether it is going away."""
+    meta = ns.get("metadata") or {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        # The version tells a sweep whether the entry is older than its list.
+        "metadata": {
+            "name": meta.get("name"),
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+        },
+        "labels": dict(meta.get("labels") or {}),
+        # Nothing can be created in a terminating namespace; writers skip it.
+        "terminating": bool(meta.get("deletionTimestamp")),
+    }
+
+
+def same_namespace(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether two namespace entries differ in nothing but their resourceVersion."""
+    return (
+        old.get("labels") == new.get("labels")
+        and old.get("terminating") == new.get("terminating")
+        and (old.get("metadata") or {}).get("uid") == (new.get("metadata") or {}).get("uid")
+    )
+
+
+def _name(body: Mapping[str, Any]) -> str:
+    return str((body.get("metadata") or {}).get("name") or "")
+
+
+def _nskey(body: Mapping[str, Any]) -> tuple[str, str]:
+    meta = body.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def state_watches(state: ClusterState, owned_kinds: Sequence[tuple[str, str]]) -> list[Watched]:
+    """The rows of `ClusterState`: the mesh, nodes, namespaces, istiod, and our own objects.
+
+    `owned_kinds` are the (apiVersion, kind) of the objects the data plane writes.
+    """
+
+    def record_mesh(event: str | None, body: Mapping[str, Any]) -> None:
+        state.mesh = None if event == "DELETED" else copy.deepcopy(dict(body))
+        state.poke()
+
+    def record_node(event: str | None, body: Mapping[str, Any]) -> None:
+        name = _name(body)
+        if event == "DELETED":
+            state.nodes.pop(name, None)
+            state.poke()
+            return
+        node = copy.deepcopy(dict(body))
+        old = state.nodes.get(name)
+        state.nodes[name] = node
+        if old is None or node_shape(old) != node_shape(node):
+            state.poke()
+
+    def record_namespace(event: str | None, body: Mapping[str, Any]) -> None:
+        name = _name(body)
+        if event == "DELETED":
+            state.namespaces.pop(name, None)
+        else:
+            old = state.namespaces.get(name)
+            new = namespace_entry(body)
+            state.namespaces[name] = new
+            if old is not None and same_namespace(old, new):
+                return
+        state.poke()
+
+    def record_in(cache: dict[tuple[str, str], dict[str, Any]]) -> Record:
+        def record(event: str | None, body: Mapping[str, Any]) -> None:
+            if event == "DELETED":
+                cache.pop(_nskey(body), None)
+            else:
+                cache[_nskey(body)] = copy.deepcopy(dict(body))
+            state.poke()
+
+        return record
+
+    def record_owned(event: str | None, body: Mapping[str, Any]) -> None:
+        obj = copy.deepcopy(dict(body))
+        before = state.owned.get(key_of(obj))
+        if not state.remember_owned(obj, deleted=event == "DELETED"):
+            return  # a late event: a write's response told us more
+        # A rollout moving along is status; an edit or a deletion is drift.
+        state.poke(
+            urgent=event == "DELETED" or before is None or desired_part(before) != desired_part(obj)
+        )
+
+    def forget_in(cache: dict[Any, Any], entry: Callable[[Key], Any]) -> Callable[[Key], None]:
+        def forget(key: Key) -> None:
+            if cache.pop(entry(key), None) is not None:
+                state.poke()
+
+        return forget
+
+    def forget_mesh(_key: Key) -> None:
+        state.mesh = None
+        state.poke()
+
+    def owned_row(api_version: str, kind_name: str) -> Watched:
+        def cached() -> dict[Key, dict[str, Any]]:
+            return {
+                (key[2], key[3]): obj
+                for key, obj in state.owned.items()
+                if key[0] == api_version and key[1] == kind_name
+            }
+
+        def forget(key: Key) -> None:
+            obj = state.owned.get((api_version, kind_name, *key))
+            if obj is not None:
+                state.remember_owned(obj, deleted=True)
+                state.poke()  # one of ours is gone: put it back
+
+        kind = KINDS[(api_version, kind_name)]
+        return Watched(
+            f"owned-{kind.plural}", kind, record_owned, labels=MANAGED, cached=cached, forget=forget
+        )
+
+    return [
+        Watched(
+            "mesh",
+            KINDS[(f"{c.API_GROUP}/{c.API_VERSION}", c.KIND)],
+            record_mesh,
+            when=lambda name, _ns, _labels: name == c.MESH_NAME,
+            name=c.MESH_NAME,
+            cached=lambda: {("", c.MESH_NAME): state.mesh} if state.mesh else {},
+            forget=forget_mesh,
+        ),
+        Watched(
+            "nodes",
+            KINDS[("v1", "Node")],
+            record_node,
+            cached=lambda: {("", name): node for name, node in state.nodes.items()},
+            forget=forget_in(state.nodes, lambda key: key[1]),
+        ),
+        Watched(
+            "namespaces",
+            KINDS[("v1", "Namespace")],
+            record_namespace,
+            cached=lambda: {("", name): ns for name, ns in state.namespaces.items()},
+            forget=forget_in(state.namespaces, lambda key: key[1]),
+        ),
+        Watched(
+            "istiod-services",
+            KINDS[("v1", "Service")],
+            record_in(state.services),
+            when=istiod_or_dns,
+            cached=lambda: dict(state.services),
+            forget=forget_in(state.services, lambda key: key),
+        ),
+        Watched(
+            "istiod-deployments",
+            KINDS[("apps/v1", "Deployment")],
+            record_in(state.deployments),
+            when=istiod_or_dns,
+            cached=lambda: dict(state.deployments),
+            forget=forget_in(state.deployments, lambda key: key),
+        ),
+        *(owned_row(*kind) for kind in owned_kinds),
+    ]
