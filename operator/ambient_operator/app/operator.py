@@ -29,6 +29,7 @@ from ambient_operator.app.watches import register as register_watches
 from ambient_operator.app.watches import sweep_targets
 from ambient_operator.app.waypoints import register as register_waypoints
 from ambient_operator.app.webhook import register as register_webhook
+from ambient_operator.app.webhook import start as start_webhook
 from ambient_operator.cluster.pods import PodConsumer, PodFeed, PodRecord
 from ambient_operator.cluster.state import ClusterState
 from ambient_operator.cluster.watches import state_watches
@@ -113,6 +114,7 @@ class Operator:
         self.watches = [
             *state_watches(self.state, options.owned_kinds),
             *self.waypoints.watches(),
+            *self.webhook.watches(),
         ]
         register_watches(self.registry, self.watches)
         self.loop = ReconcileLoop(
@@ -183,6 +185,7 @@ class Operator:
                 self.pod_informer = feed.informer(self.kube, state.loop)
                 self.pod_informer.start()
             await self.prime()
+            await start_webhook(self.webhook, memo)
             memo["waypoints"] = asyncio.create_task(
                 self.waypoints.loop(self.leading).run(), name="waypoints-loop"
             )

@@ -1,4 +1,8 @@
-"""Wiring of the admission webhook: start-up, clean-up and watches on the kopf registry."""
+"""Wiring of the admission webhook: its start, and its clean-up on the kopf registry.
+
+Its RuntimeClass watch is a row of the watch table (`Webhook.watches`);
+app/operator.py primes the table, then calls `start`.
+"""
 
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ def register(
     options: WebhookOptions,
     report_misses: Callable[[int], None],
 ) -> Webhook:
-    """Add the webhook's handlers to the operator's kopf registry.
+    """Create the webhook and add its clean-up to the operator's kopf registry.
 
     The misses check always runs (pods admitted without the workaround are
     news whether or not this process serves the webhook); the server runs
@@ -38,21 +42,6 @@ def register(
     """
     webhook = Webhook(state, kube, options)
     webhook.misses = MissTracker(state, events, webhook.context, report_misses)
-
-    @kopf.on.startup(registry=reg)
-    async def webhook_startup(memo: kopf.Memo, **_: Any) -> None:
-        await asyncio.to_thread(webhook.prime)
-        if not options.enabled:
-            return
-        try:
-            await asyncio.to_thread(webhook.sync)
-        except Exception:
-            # The server must still start; the maintain loop retries the rest.
-            log.exception("webhook set-up incomplete; retrying every %ss", options.sync_seconds)
-            if webhook.material is None and not options.cert_dir:
-                webhook.install(certs.generate(webhook.hosts(), datetime.now(UTC)))
-        await asyncio.to_thread(webhook.start_server)
-        memo["webhook-maintain"] = asyncio.create_task(webhook.maintain(), name="webhook-maintain")
 
     @kopf.on.cleanup(registry=reg)
     async def webhook_cleanup(memo: kopf.Memo, **_: Any) -> None:
@@ -63,9 +52,26 @@ def register(
                 await task
         await asyncio.to_thread(webhook.cleanup)
 
-    @kopf.on.event("node.k8s.io", "v1", "runtimeclasses", registry=reg, id="webhook-runtimeclasses")
-    def webhook_runtime_class_event(type: str | None, body: kopf.Body, **_: Any) -> None:
-        webhook.runtime_class_event(type, body)
-
     # Pods reach `misses` from the operator's pod informer (ambient_operator.cluster.pods).
     return webhook
+
+
+async def start(webhook: Webhook, memo: kopf.Memo) -> None:
+    """Serve admission reviews, once the watch table is primed (app/operator.py calls it).
+
+    Started only after priming, so the first pods after a restart are
+    never judged on empty caches. Once per process: kopf retries a failed
+    start-up handler, and the caller's may fail after this ran.
+    """
+    options = webhook.options
+    if not options.enabled or "webhook-maintain" in memo:
+        return
+    try:
+        await asyncio.to_thread(webhook.sync)
+    except Exception:
+        # The server must still start; the maintain loop retries the rest.
+        log.exception("webhook set-up incomplete; retrying every %ss", options.sync_seconds)
+        if webhook.material is None and not options.cert_dir:
+            webhook.install(certs.generate(webhook.hosts(), datetime.now(UTC)))
+    await asyncio.to_thread(webhook.start_server)
+    memo["webhook-maintain"] = asyncio.create_task(webhook.maintain(), name="webhook-maintain")

@@ -16,19 +16,17 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ambient_operator.api import constants as c
 from ambient_operator.api import metrics
 from ambient_operator.api.conditions import BadReviewReason, ErrorReason
 from ambient_operator.cluster.facts import NodeFacts
 from ambient_operator.cluster.state import ClusterState
-from ambient_operator.kube.client import Kube, KubeError
-from ambient_operator.kube.resources import KINDS, Kind, shown
+from ambient_operator.cluster.watches import Watched
+from ambient_operator.kube.client import Kube
+from ambient_operator.kube.resources import Kind, shown
 from ambient_operator.webhook import decide as d
 from ambient_operator.webhook import intake, server
 
 log = logging.getLogger(__name__)
-NODE = KINDS[("v1", "Node")]
-MESH = KINDS[("ambientoperator.io/v1alpha1", "AmbientMesh")]
 RUNTIME_CLASS = Kind("node.k8s.io/v1", "RuntimeClass", "runtimeclasses", False)
 
 
@@ -179,23 +177,11 @@ class Reviewer:
         if old != self.runtime_classes.get(name):
             self._rc_version += 1
 
-    # -- start-up --------------------------------------------------------------
-    def prime(self) -> None:
-        """Fill the caches the decision reads before the first request arrives.
+    def watches(self) -> list[Watched]:
+        """The webhook's row of the watch table: RuntimeClasses, for their scheduling.
 
-        kopf starts its watches and the webhook server together, so without
-        this the first pods after a restart would be judged on empty caches.
+        Nodes and the AmbientMesh come from the cluster state's rows; all rows
+        are listed before the server starts, so the first pods after a
+        restart are never judged on empty caches.
         """
-        try:
-            for node in self.kube.list(NODE):
-                self.state.nodes.setdefault(node["metadata"]["name"], node)
-            if self.state.mesh is None:
-                self.state.mesh = self.kube.get(MESH, c.MESH_NAME)
-        except KubeError as exc:
-            log.warning("could not prime the node and mesh caches: %s", exc)
-        try:
-            for rc in self.kube.list(RUNTIME_CLASS):
-                self.runtime_class_event("ADDED", rc)
-        except KubeError as exc:
-            log.warning("could not list RuntimeClasses: %s", exc)
-        self.state.poke()
+        return [Watched("webhook-runtimeclasses", RUNTIME_CLASS, self.runtime_class_event)]
