@@ -126,6 +126,12 @@ _TIMING = Timing(debounce=0.01, idle_debounce=0.001, max_delay=0.05, status_dela
 _DEADLINE = 10.0  # seconds any pass may take to happen on a loaded machine
 
 
+async def _stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
 def _run(body: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(asyncio.wait_for(body(), _DEADLINE * 3))
 
@@ -150,9 +156,7 @@ def test_the_loop_passes_after_a_poke_and_only_while_leading() -> None:
         # The pass sees the urgency already consumed by the loop (it is the loop's to tell).
         assert await asyncio.wait_for(passes.get(), _DEADLINE) is False
         assert loop.pacer.last_urgent_end > float("-inf")
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await _stop(task)
 
     _run(body)
 
@@ -175,9 +179,7 @@ def test_a_pass_that_raises_is_tried_again_without_a_new_change() -> None:
         source.poke()
         assert await asyncio.wait_for(calls.get(), _DEADLINE) == 1
         assert await asyncio.wait_for(calls.get(), _DEADLINE) == 2
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await _stop(task)
 
     _run(body)
 
@@ -196,8 +198,6 @@ def test_resync_runs_a_pass_with_no_change_at_all() -> None:
         await asyncio.wait_for(calls.get(), _DEADLINE)
         await asyncio.wait_for(calls.get(), _DEADLINE)
         assert not source.trigger.is_set()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await _stop(task)
 
     _run(body)
