@@ -402,7 +402,8 @@ def _identity(op: RunningOperator) -> str:
 
 
 def _acting(audit: AuditLog, since: int, user: str) -> list[str]:
-    return [w for w in audit.writes(since, user=user) if "/leases/" not in w]
+    """A replica's writes but its attempts on the Lease (a create's URI names no Lease)."""
+    return [w for w in audit.writes(since, user=user) if "leases" not in w.split("?")[0].split("/")]
 
 
 def _received(event: dict[str, Any]) -> datetime:
