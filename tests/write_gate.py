@@ -42,9 +42,17 @@ RULES = [
 class WriteGate:
     """The webhook server and the configuration that sends it one user's writes."""
 
-    def __init__(self, workdir: Path, user: str, name: str) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        user: str,
+        name: str,
+        rules: list[dict[str, Any]] | None = None,
+    ) -> None:
         self.user = user
         self.name = name
+        # Which writes are counted and held: the data-plane pass's by default.
+        self.rules = RULES if rules is None else rules
         self._lock = threading.Lock()
         self._count = 0
         self._hold_at: int | None = None
@@ -138,7 +146,7 @@ class WriteGate:
                 "operations": ["CREATE", "UPDATE", "DELETE"],
                 "scope": "*",
             }
-            for rule in RULES
+            for rule in self.rules
         ]
         only_user = f"request.userInfo.username == '{self.user}'"
         return {
