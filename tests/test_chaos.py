@@ -509,6 +509,103 @@ def test_two_replicas_one_leader_and_a_takeover_at_the_first_chance(
         assert "Traceback" not in op.log_text(), op.log_text()[-4000:]
 
 
+def _acting_in_order(audit: AuditLog, since: int, users: list[str]) -> list[tuple[datetime, str]]:
+    """(received, user) of every non-Lease write of `users` since the mark, in server order."""
+    acting = [
+        (_received(e), user)
+        for user in users
+        for e in audit.events(since, user=user)
+        if e["verb"] in ("create", "update", "patch", "delete", "deletecollection")
+        and "leases" not in str(e.get("requestURI")).split("?")[0].split("/")
+    ]
+    return sorted(acting)
+
+
+def test_api_server_frozen_longer_than_the_lease_makes_no_split_brain(
+    cluster: LocalCluster,
+    k8s: client.ApiClient,
+    kube: Kube,
+    audit: AuditLog,
+    mesh: None,
+    tmp_path: Path,
+) -> None:
+    """SIGSTOP the API server for longer than the lease while two replicas run.
+
+    The leader's renewals hang; by its own clock its lease runs out, and so it
+    must stop acting by then, as the standby may take over the moment the
+    server answers again. In the audit log, the writes of the two replicas
+    never interleave: at most one hand-over, from the old leader to the new.
+    """
+    with ignoring(404):  # a lease left by another module's operator
+        client.CoordinationV1Api(k8s).delete_namespaced_lease("ambient-operator", AGENTS_NS)
+    lease_seconds = 5.0
+    users = ["ambient-operator-a", "ambient-operator-b"]
+    replicas = {
+        user: RunningOperator(
+            cluster,
+            tmp_path / user,
+            extra_args=["--leader-election", "--lease-seconds", str(lease_seconds)],
+            kubeconfig=cluster.user_kubeconfig(user, ["system:masters"]),
+        )
+        for user in users
+    }
+    for user, op in replicas.items():
+        (tmp_path / user).mkdir()
+        op.start()
+    apiserver = cluster.pids()["kube-apiserver"]
+    try:
+        leader_user = wait_for(
+            lambda: next((u for u, op in replicas.items() if _identity(op)), None),
+            60,
+            "a replica to lead",
+        )
+        leader = replicas[leader_user]
+        wait_converged(k8s, kube, "converged before the freeze", leader)
+        mark = audit.mark()
+        # A change in flight when the server stops: the leader's pass is writing.
+        set_mesh_spec(k8s, {"logLevel": "debug"})
+        wait_for(lambda: _acting(audit, mark, leader_user), 30, "the leader's pass to write")
+        os.kill(apiserver, signal.SIGSTOP)
+        frozen_log = len(leader.log_text())
+        try:
+            # Until the leader itself says it stopped leading, with a deadline
+            # well past the lease: the server is frozen, nothing else can tell.
+            wait_for(
+                lambda: "standing by" in leader.log_text()[frozen_log:],
+                lease_seconds * 4,
+                "the frozen-out leader to stop acting by its own clock",
+                interval=0.1,
+            )
+        finally:
+            os.kill(apiserver, signal.SIGCONT)
+        set_mesh_spec(k8s, {"logLevel": "warn"})
+        now_leading = wait_for(
+            lambda: next((u for u, op in replicas.items() if _identity_now(op)), None),
+            60,
+            "a replica leading again",
+        )
+        wait_converged(k8s, kube, "a change after the freeze", replicas[now_leading])
+        order = _acting_in_order(audit, mark, users)
+        runs = [user for i, (_, user) in enumerate(order) if i == 0 or order[i - 1][1] != user]
+        assert runs and runs[0] == leader_user, runs
+        assert len(runs) <= 2, [(t.isoformat(), u) for t, u in order]
+        set_mesh_spec(k8s, {})
+        wait_converged(k8s, kube, "back to the defaults", replicas[now_leading])
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(apiserver, signal.SIGCONT)
+        for op in replicas.values():
+            op.stop()
+    for op in replicas.values():
+        assert "Traceback" not in op.log_text(), op.log_text()[-4000:]
+
+
+def _identity_now(op: RunningOperator) -> bool:
+    """Whether a replica's last leader-election line says it leads."""
+    lines = [line for line in op.log_text().splitlines() if "leader election: " in line]
+    return bool(lines) and "now leading as " in lines[-1]
+
+
 # -- fuzzing --------------------------------------------------------------------------------------
 
 LABEL_VALUE = st.from_regex(r"\A[a-z0-9]([a-z0-9._-]{0,20}[a-z0-9])?\Z").filter(

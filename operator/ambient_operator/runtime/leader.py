@@ -3,12 +3,21 @@
 Every replica keeps its watches (and so its caches) warm; only the leader
 reconciles. A standby takes over once the leader's lease has not been
 renewed for `lease_seconds`.
+
+The leader stops acting by its own clock before that: `leading` is true
+only until `RENEW_DEADLINE` of the lease has passed since the start of its
+last successful renewal, whether or not the API server answers. A renewal
+that hangs (the server frozen, a network partition) would otherwise leave a
+leader that still believes it leads while a standby, the moment the server
+answers again, rightly takes over: two replicas writing. The time is taken
+before the request, so a renewal answered late extends nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,6 +28,10 @@ from ambient_operator.kube.resources import KINDS
 
 log = logging.getLogger(__name__)
 LEASE = KINDS[("coordination.k8s.io/v1", "Lease")]
+# Share of the lease a leader may act on after its last renewal began; the
+# rest is the margin before a standby may take over (client-go's defaults
+# are 10 s of 15 s).
+RENEW_DEADLINE = 2 / 3
 
 
 def _stamp(when: datetime) -> str:
@@ -47,6 +60,7 @@ class LeaderElector:
         identity: str,
         lease_seconds: float = 15.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube = kube
         self.namespace = namespace
@@ -55,7 +69,15 @@ class LeaderElector:
         self.lease_seconds = lease_seconds
         self.retry_seconds = max(lease_seconds / 3, 0.5)
         self.clock = clock
-        self.leading = False
+        self.monotonic = monotonic
+        self._leading = False
+        # Monotonic time until which this replica may act on its last renewal.
+        self._valid_until = float("-inf")
+
+    @property
+    def leading(self) -> bool:
+        """Whether this replica holds the lease and its last renewal is recent enough."""
+        return self._leading and self.monotonic() < self._valid_until
 
     def _body(self, now: datetime, acquired: datetime, transitions: int) -> dict[str, Any]:
         return {
@@ -69,6 +91,7 @@ class LeaderElector:
     def ensure(self) -> bool:
         """Try once to acquire or renew; returns whether we lead now."""
         now = self.clock()
+        started = self.monotonic()
         try:
             lease = self.kube.get(LEASE, self.name, self.namespace)
             if lease is None:
@@ -81,7 +104,7 @@ class LeaderElector:
                         "spec": self._body(now, now, 0),
                     },
                 )
-                return self._set(True)
+                return self._set(True, started)
             spec = lease.get("spec") or {}
             holder = spec.get("holderIdentity")
             renewed = _parse(spec.get("renewTime")) or datetime.min.replace(tzinfo=UTC)
@@ -94,24 +117,51 @@ class LeaderElector:
             lease["spec"] = self._body(now, acquired, transitions)
             # PUT with the resourceVersion we read: of two standbys, one wins.
             replace(self.kube, lease)
-            return self._set(True)
+            return self._set(True, started)
         except KubeError as exc:
             if exc.status != 409:
                 log.warning("leader election: %s", exc)
             return self._set(False)
 
-    def _set(self, leading: bool) -> bool:
-        if leading != self.leading:
-            state = "now leading" if leading else "standing by"
+    def _set(self, leading: bool, started: float | None = None) -> bool:
+        was = self.leading
+        self._leading = leading
+        if leading and started is not None:
+            self._valid_until = started + self.lease_seconds * RENEW_DEADLINE
+        now = self.leading
+        if now != was:
+            state = "now leading" if now else "standing by"
             log.info("leader election: %s as %s", state, self.identity)
-        self.leading = leading
-        return leading
+        return now
+
+    def _expired(self) -> bool:
+        """Leading ran out by our own clock while a renewal hangs: say so once."""
+        if self._leading and not self.leading:
+            self._leading = False
+            log.info(
+                "leader election: standing by as %s: the lease was not renewed within %.1fs",
+                self.identity,
+                self.lease_seconds * RENEW_DEADLINE,
+            )
+            return True
+        return False
 
     async def run(self, on_change: Callable[[bool], None]) -> None:
-        """Renew forever; call `on_change` when leadership flips."""
+        """Renew forever; call `on_change` when leadership flips.
+
+        While a renewal hangs, leading still ends on time: the wait for the
+        request is cut into pieces no longer than what is left of it.
+        """
         while True:
             before = self.leading
-            now_leading = await asyncio.to_thread(self.ensure)
+            attempt = asyncio.ensure_future(asyncio.to_thread(self.ensure))
+            while not attempt.done():
+                left = self._valid_until - self.monotonic() if self.leading else None
+                await asyncio.wait({attempt}, timeout=None if left is None else max(left, 0.0))
+                if not attempt.done() and self._expired():
+                    on_change(False)
+                    before = False
+            now_leading = attempt.result()
             if now_leading != before:
                 on_change(now_leading)
             await asyncio.sleep(self.retry_seconds)
@@ -127,4 +177,4 @@ class LeaderElector:
                 replace(self.kube, lease)
         except KubeError as exc:
             log.warning("leader election: could not release: %s", exc)
-        self.leading = False
+        self._leading = False
