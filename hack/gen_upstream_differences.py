@@ -35,18 +35,24 @@ TITLES = {
     "linux": "Linux data plane",
     "windows": "Windows data plane",
     "waypoint": "Waypoints",
+    "platforms": "Linux data plane per platform",
 }
 # What each table compares with, and which test holds it to the table.
 JUDGES = {
     "linux": "Upstream's `ztunnel` and `istio-cni` charts rendered by the real `helm` "
     "(`--set profile=ambient`), against our render of the sample inventory: "
     "`tests/test_upstream_conformance.py`.",
+    "platforms": "Upstream's charts with each platform profile (`--set global.platform=<p>`), "
+    "against our render for `spec.platform: <p>`; only what differs beyond the Linux table "
+    "(objects prefixed `<p>: `): `tests/test_upstream_conformance.py`.",
     "windows": "What the `experimental-windows-ambient` branches of istio/istio and "
     "istio/ztunnel read (the Source column names the file), against our Windows render: "
     "`tests/test_windows_reference.py`.",
-    "waypoint": "The Deployment, Service and ServiceAccount that the real istiod's own "
-    "deployment controller writes for an `istio-waypoint` Gateway, against ours for an "
-    "`ambient-waypoint` Gateway, both read back from the API server: `tests/test_istiod.py`.",
+    "waypoint": "The Deployment, Service, ServiceAccount, HorizontalPodAutoscaler and "
+    "PodDisruptionBudget that the real istiod's own deployment controller writes for an "
+    "`istio-waypoint` Gateway, against ours for an `ambient-waypoint` Gateway, the two "
+    "Gateways naming the same parameters ConfigMap, all read back from the API server: "
+    "`tests/test_istiod.py`.",
 }
 # istio.io/istio is served only as pseudo-versions: v0.0.0-<UTC timestamp>-<commit>.
 _PSEUDO = re.compile(r"^\s*require\s+istio\.io/istio\s+(v\S+-(\d{14})-([0-9a-f]{12}))\s*$", re.M)

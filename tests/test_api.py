@@ -73,6 +73,8 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "spec.istioCni.rollout",
     ),
     ("bad-enum", _mesh(logLevel="verbose"), "spec.logLevel"),
+    # A platform name must be one the operator has a profile for (docs/platforms.md).
+    ("unknown-platform", _mesh(platform="rke2"), "spec.platform"),
     ("unknown-field", _mesh(ztunnell={"rollout": {}}), "ztunnell"),
     (
         "malformed-image",

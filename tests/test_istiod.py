@@ -136,8 +136,18 @@ def make_namespace(api: client.ApiClient, name: str, labels: dict[str, str]) -> 
     wait_for(lambda: core.read_namespaced_service_account("default", name), 30, "default SA")
 
 
-def create_gateway(api: client.ApiClient, namespace: str, name: str, class_name: str) -> None:
-    """A waypoint Gateway with the one HBONE listener."""
+def create_gateway(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    class_name: str,
+    parameters: str | None = None,
+) -> None:
+    """A waypoint Gateway with the one HBONE listener (and a parametersRef ConfigMap)."""
+    spec: dict[str, Any] = {"gatewayClassName": class_name, "listeners": [MESH_LISTENER]}
+    if parameters:
+        ref = {"group": "", "kind": "ConfigMap", "name": parameters}
+        spec["infrastructure"] = {"parametersRef": ref}
     client.CustomObjectsApi(api).create_namespaced_custom_object(
         GW_GROUP,
         GW_VERSION,
@@ -147,7 +157,7 @@ def create_gateway(api: client.ApiClient, namespace: str, name: str, class_name:
             "apiVersion": f"{GW_GROUP}/{GW_VERSION}",
             "kind": "Gateway",
             "metadata": {"name": name, "namespace": namespace},
-            "spec": {"gatewayClassName": class_name, "listeners": [MESH_LISTENER]},
+            "spec": spec,
         },
     )
 
@@ -330,31 +340,124 @@ def _view(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
     return result
 
 
+# One parameters ConfigMap, given to istiod's waypoint and to ours: the keys
+# both read, as istiod's deployment controller reads them (object overlays).
+SCALING_PARAMETERS = {
+    "horizontalPodAutoscaler": (
+        "spec:\n"
+        "  minReplicas: 2\n"
+        "  maxReplicas: 4\n"
+        "  metrics:\n"
+        "  - type: Resource\n"
+        "    resource: {name: cpu, target: {type: Utilization, averageUtilization: 75}}\n"
+        "  behavior:\n"
+        "    scaleDown: {stabilizationWindowSeconds: 120}\n"
+    ),
+    "podDisruptionBudget": "spec:\n  minAvailable: 1\n  unhealthyPodEvictionPolicy: AlwaysAllow\n",
+}
+
+
 def test_istio_waypoint_is_pinned_to_linux_and_matches_ours_field_by_field(
     api: client.ApiClient, istio: IstioControlPlane, operator: RunningOperator
 ) -> None:
-    """istiod's own waypoint carries our Linux pin; its objects and ours differ only as listed."""
+    """istiod's own waypoint carries our Linux pin; its objects and ours differ only as listed.
+
+    Both Gateways name a parameters ConfigMap with the same autoscaler and
+    disruption budget, so those are compared too, and so is the Deployment's
+    count, which on both sides is the autoscaler's (kube-controller-manager
+    raises it to minReplicas without metrics).
+    """
     ours_ns, istio_ns = unique_name("cmp-ours"), unique_name("cmp-istiod")
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
     for ns, cls in ((ours_ns, "ambient-waypoint"), (istio_ns, c.ISTIO_WAYPOINT_CLASS)):
         make_namespace(api, ns, {})
-        create_gateway(api, ns, "waypoint", cls)
+        core.create_namespaced_config_map(
+            ns, {"metadata": {"name": "waypoint-params"}, "data": SCALING_PARAMETERS}
+        )
+        create_gateway(api, ns, "waypoint", cls, parameters="waypoint-params")
     for ns in (ours_ns, istio_ns):
         wait_for(lambda ns=ns: programmed_address(api, ns, "waypoint"), TIMEOUT, f"{ns} Programmed")
-    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+        wait_for(
+            lambda ns=ns: apps.read_namespaced_deployment("waypoint", ns).spec.replicas == 2,
+            TIMEOUT,
+            f"{ns}/waypoint scaled to the autoscaler's minReplicas",
+        )
     istio_dep = apps.read_namespaced_deployment("waypoint", istio_ns)
     # Written by istiod, pinned by the class defaults the operator keeps for istio-waypoint.
     assert istio_dep.spec.template.spec.node_selector == {c.LABEL_OS: "linux"}
 
+    autoscaling, policy = client.AutoscalingV2Api(api), client.PolicyV1Api(api)
     upstream, ours = {}, {}
     for kind, read in (
         ("Deployment", apps.read_namespaced_deployment),
         ("Service", core.read_namespaced_service),
         ("ServiceAccount", core.read_namespaced_service_account),
+        ("HorizontalPodAutoscaler", autoscaling.read_namespaced_horizontal_pod_autoscaler),
+        ("PodDisruptionBudget", policy.read_namespaced_pod_disruption_budget),
     ):
         for side, ns in ((upstream, istio_ns), (ours, ours_ns)):
             obj = api.sanitize_for_serialization(read("waypoint", ns))
             side[f"{kind}/waypoint"] = _view({"kind": kind, **obj}, ns)
     check_table("waypoint", compare(upstream, ours))
+
+
+def test_a_removed_scaling_key_prunes_ours_and_istiod_keeps_its_own(
+    api: client.ApiClient, istio: IstioControlPlane, operator: RunningOperator
+) -> None:
+    """The one deliberate difference in behaviour (docs/waypoints.md, "Scaling and disruption").
+
+    istiod renders an autoscaler or budget only while a key asks for it and
+    never deletes one; ours are pruned when the key goes.
+    """
+    ours_ns, istio_ns = unique_name("prune-ours"), unique_name("prune-istiod")
+    autoscaling, policy = client.AutoscalingV2Api(api), client.PolicyV1Api(api)
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+
+    def present(ns: str) -> bool:
+        names = [
+            [
+                o.metadata.name
+                for o in autoscaling.list_namespaced_horizontal_pod_autoscaler(ns).items
+            ],
+            [o.metadata.name for o in policy.list_namespaced_pod_disruption_budget(ns).items],
+        ]
+        return names == [["waypoint"], ["waypoint"]]
+
+    for ns, cls in ((ours_ns, "ambient-waypoint"), (istio_ns, c.ISTIO_WAYPOINT_CLASS)):
+        make_namespace(api, ns, {})
+        core.create_namespaced_config_map(
+            ns, {"metadata": {"name": "waypoint-params"}, "data": SCALING_PARAMETERS}
+        )
+        create_gateway(api, ns, "waypoint", cls, parameters="waypoint-params")
+        wait_for(lambda ns=ns: present(ns), TIMEOUT, f"{ns}: an HPA and a PDB")
+    core.replace_namespaced_config_map(
+        "waypoint-params", ours_ns, {"metadata": {"name": "waypoint-params"}, "data": {}}
+    )
+    # istiod's ConfigMap loses the same keys and gains one that it shows it has
+    # read: an annotation on the Deployment it renders from the same ConfigMap.
+    core.replace_namespaced_config_map(
+        "waypoint-params",
+        istio_ns,
+        {
+            "metadata": {"name": "waypoint-params"},
+            "data": {"deployment": "metadata:\n  annotations: {example.com/read: 'yes'}\n"},
+        },
+    )
+    wait_for(
+        lambda: (
+            not autoscaling.list_namespaced_horizontal_pod_autoscaler(ours_ns).items
+            and not policy.list_namespaced_pod_disruption_budget(ours_ns).items
+        ),
+        TIMEOUT,
+        "ours pruned",
+    )
+
+    def reread() -> bool:
+        annotations = apps.read_namespaced_deployment("waypoint", istio_ns).metadata.annotations
+        return (annotations or {}).get("example.com/read") == "yes"
+
+    wait_for(reread, TIMEOUT, "istiod rendering its waypoint from the changed ConfigMap")
+    assert present(istio_ns), "istiod deleted its HPA or PDB; docs/waypoints.md says it keeps them"
 
 
 # -- enrollment -----------------------------------------------------------------------------

@@ -28,12 +28,17 @@ The views change the shape of the objects, never their content:
   server stores them so (Helm renders `annotations: {}` for nothing); other
   empty values (`emptyDir: {}`) are compared as they are.
 Platform profiles of the charts (`files/profile-platform-*.yaml`) that we
-do not claim to support are differences too (`Profile/platform-x`).
+do not claim to support are differences too (`Profile/platform-x`). Each
+one we claim is rendered by upstream's charts with `global.platform=<p>` and
+compared with ours for an AmbientMesh with `spec.platform: <p>`; what differs
+there and not without a platform (or the other way round) is a row of
+tests/data/upstream-differences/platforms.yaml, its object prefixed `<p>: `.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -41,6 +46,9 @@ from typing import Any
 import pytest
 import yaml
 
+from ambient_operator.cli.render import load_node_objects
+from ambient_operator.cluster.platform import detect_platform, effective_platform
+from ambient_operator.render import render_dataplane
 from chart_helpers import HELM, TEMPLATE_KUBE_VERSION, helm
 from render_cases import REPO, SAMPLE_NODES, Case
 from upstream_diff import (
@@ -61,16 +69,20 @@ NAMESPACE = "istio-system"
 TABLE = "linux"
 PLATFORM_LABEL = "ambientoperator.io/platform"
 LINUX_SCOPE = ("linux", "all")
-# Platform profiles of the charts we claim to render for: none; generic Linux
-# is the chart without a platform, and Windows is compared elsewhere.
-CLAIMED_PLATFORMS: tuple[str, ...] = ()
+# Platform profiles of the charts we claim to render for (render/platforms.py):
+# all of upstream's. Generic Linux is the chart without a platform, and
+# Windows is compared elsewhere.
+CLAIMED_PLATFORMS: tuple[str, ...] = ("gke", "k3d", "k3s", "microk8s", "minikube", "openshift")
+PLATFORM_TABLE = "platforms"
+# A generic difference that a platform's render no longer shows.
+GONE = " (differs only without the platform)"
 
 # --- the two sides ---------------------------------------------------------
 
 
 @cache
-def upstream_objects() -> tuple[dict[str, Any], ...]:
-    """Both charts as `helm template` renders them for an ambient install."""
+def upstream_objects(platform: str | None = None) -> tuple[dict[str, Any], ...]:
+    """Both charts as `helm template` renders them for an ambient install (on a platform)."""
     if not HELM.exists():
         pytest.fail(f"{HELM} missing; run hack/build-binaries.sh")
     objects: list[dict[str, Any]] = []
@@ -88,6 +100,7 @@ def upstream_objects() -> tuple[dict[str, Any], ...]:
             TEMPLATE_KUBE_VERSION,
             "--set",
             "profile=ambient",
+            *(["--set", f"global.platform={platform}"] if platform else []),
         )
         assert done.returncode == 0, f"helm template {chart}: {done.stderr}"
         objects += [doc for doc in yaml.safe_load_all(done.stdout) if doc]
@@ -95,9 +108,20 @@ def upstream_objects() -> tuple[dict[str, Any], ...]:
 
 
 @cache
-def our_objects() -> tuple[dict[str, Any], ...]:
-    """Our Linux and shared objects for the sample inventory and a default mesh."""
-    result = Case("sample-default", SAMPLE_NODES).render()
+def our_objects(platform: str | None = None) -> tuple[dict[str, Any], ...]:
+    """Our Linux and shared objects for the sample inventory and a default mesh.
+
+    With a platform, the mesh names it in spec.platform: the sample's nodes
+    carry no platform's marks, so this is the override the operator applies.
+    """
+    case = Case("sample-default", SAMPLE_NODES)
+    if platform is None:
+        result = case.render()
+    else:
+        spec = case.spec().model_copy(update={"platform": platform})
+        choice = effective_platform(spec.platform, detect_platform(load_node_objects(SAMPLE_NODES)))
+        assert (choice.name, choice.detected, choice.source) == (platform, "generic", "spec")
+        result = render_dataplane(spec, replace(case.facts(), platform=choice.name))
     return tuple(
         obj
         for obj in result.objects
@@ -192,6 +216,22 @@ def differences() -> list[Difference]:
     return sorted(found + profile_differences())
 
 
+def platform_differences(platform: str) -> list[Difference]:
+    """What differs on a platform and not without one, or the other way round."""
+    generic = set(compare(views(upstream_objects()), views(our_objects())))
+    found = set(compare(views(upstream_objects(platform)), views(our_objects(platform))))
+    return sorted(
+        [
+            Difference(f"{platform}: {d.object}", d.field, d.upstream, d.ours)
+            for d in found - generic
+        ]
+        + [
+            Difference(f"{platform}: {d.object}", d.field + GONE, d.upstream, d.ours)
+            for d in generic - found
+        ]
+    )
+
+
 # --- the helper itself, on literal data ----------------------------------
 
 
@@ -262,6 +302,17 @@ def test_comparison_reports_fields_mounts_and_grants() -> None:
 
 def test_linux_render_matches_upstream_but_for_listed_differences() -> None:
     check_table(TABLE, differences())
+
+
+def test_every_upstream_platform_profile_is_claimed() -> None:
+    # A new profile upstream would otherwise only show as a "not claimed" row.
+    assert sorted(p.removeprefix("platform-") for p in platform_profiles()) == sorted(
+        CLAIMED_PLATFORMS
+    )
+
+
+def test_each_platform_render_matches_upstreams_profile_but_for_listed_differences() -> None:
+    check_table(PLATFORM_TABLE, [d for p in CLAIMED_PLATFORMS for d in platform_differences(p)])
 
 
 def test_every_difference_table_is_well_formed() -> None:

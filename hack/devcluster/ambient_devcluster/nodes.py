@@ -1,7 +1,7 @@
 """Turn a node inventory (``kubectl get nodes -o yaml``) into kwok-managed Nodes.
 
 Only what describes the machine is kept: labels, annotations, taints, pod
-CIDRs, unschedulable, and from the status nodeInfo, capacity, allocatable and
+CIDRs, providerID, unschedulable, and from the status nodeInfo, capacity, allocatable and
 addresses. Server-populated metadata and observed state (conditions, images,
 volumes) are dropped; kwok produces fresh conditions.
 """
@@ -117,7 +117,8 @@ def to_kwok_node(source: Mapping[str, Any]) -> dict[str, Any]:
     ]
     if taints:
         spec["taints"] = taints
-    for key in ("podCIDR", "podCIDRs", "unschedulable"):
+    # providerID tells the platform (AKS, EKS, kind...) the inventory came from.
+    for key in ("podCIDR", "podCIDRs", "providerID", "unschedulable"):
         if key in spec_src:
             spec[key] = spec_src[key]
 

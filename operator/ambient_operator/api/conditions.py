@@ -69,8 +69,10 @@ class MeshReason(StrEnum):
     AS_EXPECTED = "AsExpected"
     ISTIOD_NOT_FOUND = "IstiodNotFound"
     ISTIOD_TRUST_MISSING = "IstiodTrustMissing"
+    VERSION_SKEW = "VersionSkew"
     UNSUPPORTED_NODES = "UnsupportedNodes"
     RENDER_WARNING = "RenderWarning"
+    NODE_TAINT_NOT_REMOVED = "NodeTaintNotRemoved"
 
 
 class NodeReason(StrEnum):
@@ -146,6 +148,7 @@ class WaypointEvent(StrEnum):
     GATEWAY_CLASS_NOT_APPLIED = "GatewayClassNotApplied"
     NAME_CONFLICT = "NameConflict"
     CLASS_DEFAULTS_NOT_PINNED = "ClassDefaultsNotPinned"
+    REPLICAS_LEFT_TO_AUTOSCALER = "ReplicasLeftToAutoscaler"
 
 
 class PodEvent(StrEnum):
@@ -398,6 +401,17 @@ MESH_CONDITIONS = Table(
             when(MeshCondition.DEGRADED, "True"),
         ),
         Row(
+            MeshReason.VERSION_SKEW,
+            "istiod and the agents' versions are outside Istio's support rule: istiod may be at "
+            "most one minor ahead of ztunnel and istio-cni, and never behind them. The message "
+            "names both versions, the DaemonSets and the safe order. istiod's version is read "
+            "from its Deployment's image tag; when nothing tells it, no skew is judged.",
+            "Upgrade istiod first, then set `spec.images.tag` (and any full image reference in "
+            "`spec.images`) one minor at a time; the operator rolls Linux, then each Windows "
+            "build ([versions.md](versions.md)).",
+            when(MeshCondition.DEGRADED, "True"),
+        ),
+        Row(
             MeshReason.UNSUPPORTED_NODES,
             "Some nodes can never run the agents (see node reasons below); pods on them are not "
             "in the mesh. Nodes you left out on purpose ("
@@ -416,6 +430,17 @@ MESH_CONDITIONS = Table(
             "Make sure `kube-system/kube-dns` and the istiod Service exist and have a ClusterIP; "
             "the operator re-renders as soon as they do. Build the Windows images and set the "
             "field the message names ([windows-support.md](windows-support.md#agent-images)).",
+            when(MeshCondition.DEGRADED, "True"),
+        ),
+        Row(
+            MeshReason.NODE_TAINT_NOT_REMOVED,
+            "With `spec.nodeReadiness.enabled`, a node's agents are Ready but the API server "
+            "refused to remove its readiness taint; the message names the nodes and its answer. "
+            "`forbidden`: the operator holds no `patch` on Nodes. New pods cannot schedule on "
+            "those nodes meanwhile.",
+            "Set the chart value `nodeReadiness.enabled=true` (`helm upgrade ... --reuse-values "
+            "--set nodeReadiness.enabled=true`), or turn `spec.nodeReadiness.enabled` off. "
+            "Other answers are retried on every pass ([node-readiness.md](node-readiness.md)).",
             when(MeshCondition.DEGRADED, "True"),
         ),
     ),
@@ -560,13 +585,18 @@ GATEWAY_CONDITIONS = Table(
             GatewayReason.INVALID_PARAMETERS,
             "A `parametersRef` (of the Gateway's `infrastructure` or of the class) names a "
             "missing ConfigMap, another kind, a class ConfigMap outside the AmbientMesh's "
-            "`spec.namespace`, or has keys or values that do not parse; the message names the "
-            "key, never the value. Or the Gateway asks for what `spec.waypoints.policy` refuses "
+            "`spec.namespace`, or has keys or values that do not parse (or an autoscaler whose "
+            "`minReplicas` is above its `maxReplicas`, a budget with both `minAvailable` and "
+            "`maxUnavailable`); the message names the key, never the value. Or the Gateway "
+            "asks for what `spec.waypoints.policy` refuses "
             "(a ServiceAccount not opted in, an image outside `imagePrefixes`, a keyless "
             "toleration, a denied node key, an infrastructure annotation not in "
             "`podAnnotations`); the message names the policy field.",
             "Fix the ConfigMap: keys `image`, `replicas`, `resources`, `nodeSelector`, "
-            "`tolerations`, each a YAML value; move class parameters to `spec.namespace`. For the "
+            "`tolerations`, each a YAML value, and `horizontalPodAutoscaler`, "
+            "`podDisruptionBudget`, each an overlay `spec: {...}` "
+            "([waypoints.md](waypoints.md#scaling-and-disruption)); move class parameters to "
+            "`spec.namespace`. For the "
             "policy: change the Gateway, label the ServiceAccount "
             "`ambientoperator.io/waypoint-service-account=true` (its owners' call), or have the "
             "platform team widen `spec.waypoints.policy` "
@@ -686,6 +716,14 @@ WAYPOINT_EVENTS = Table(
             "Its parameters asked for Windows placement (a node selector or toleration that only "
             "fits Windows); it was dropped, waypoints run on Linux only.",
             "Remove the Windows placement from the parameters.",
+            "Gateway",
+        ),
+        Row(
+            WaypointEvent.REPLICAS_LEFT_TO_AUTOSCALER,
+            "A parametersRef ConfigMap sets `replicas` and the waypoint has a "
+            "HorizontalPodAutoscaler (`horizontalPodAutoscaler` key): the autoscaler sets the "
+            "Deployment's replicas, so `replicas` is not applied.",
+            "Remove `replicas`, or set the count through the autoscaler's `minReplicas`.",
             "Gateway",
         ),
         Row(

@@ -17,6 +17,10 @@ MESH_NAME: Final = "default"
 # hack/cluster/istio/go.mod (a test holds the two together).
 ISTIO_VERSION: Final = "1.30.4"
 
+# Kubernetes minors the rendered manifests are validated against
+# (tests/test_render_validate.py) and docs/installation.md promises.
+KUBE_MINORS: Final = (30, 37)
+
 FIELD_MANAGER: Final = "ambient-operator"
 MANAGED_BY: Final = "ambient-operator"
 PART_OF: Final = "istio-ambient"

@@ -90,6 +90,12 @@ def _printer_columns() -> list[dict[str, Any]]:
         {"name": "Linux", "type": "integer", "jsonPath": ".status.nodes.linux"},
         {"name": "Windows", "type": "integer", "jsonPath": ".status.nodes.windows"},
         {"name": "Unsupported", "type": "integer", "jsonPath": ".status.nodes.unsupported"},
+        {
+            "name": "Platform",
+            "type": "string",
+            "jsonPath": ".status.platform.name",
+            "description": "The platform the agents are rendered for (status.platform)",
+        },
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
 

@@ -144,7 +144,13 @@ class Images(ApiModel):
     """Where the agent images come from."""
 
     hub: Repository = "docker.io/istio"
-    tag: ImageTag = c.ISTIO_VERSION
+    tag: ImageTag = Field(
+        default=c.ISTIO_VERSION,
+        description="The agents' Istio version, and the tag of every image not set in full "
+        "below (a variant may follow: 1.30.4-distroless). A change rolls one platform at a "
+        "time: Linux, then each Windows build, each once the one before is Ready "
+        "(docs/versions.md). Default: the newest Istio release this operator was tested with.",
+    )
     ztunnel: ComponentImage = ComponentImage()
     istio_cni: ComponentImage = ComponentImage()
 
@@ -204,8 +210,27 @@ class WindowsPlatform(ApiModel):
         description="Replace the default tolerations, which tolerate every taint; nodes with "
         "a taint these miss are reported as ExcludedBySpec.",
     )
-    cni_conf_dir: Annotated[str, Field(max_length=255)] = r"C:\k\azurecni\netconf"
-    cni_bin_dir: Annotated[str, Field(max_length=255)] = r"C:\k\azurecni\bin"
+    cni_conf_dir: Annotated[str, Field(max_length=255)] | None = Field(
+        default=None,
+        description="CNI configuration directory on Windows nodes. Unset: the platform's "
+        "(see docs/platforms.md); Azure CNI's C:\\k\\azurecni\\netconf on AKS and when no "
+        "platform is known.",
+    )
+    cni_bin_dir: Annotated[str, Field(max_length=255)] | None = Field(
+        default=None,
+        description="CNI binary directory on Windows nodes. Unset: the platform's; Azure "
+        "CNI's C:\\k\\azurecni\\bin on AKS and when no platform is known.",
+    )
+
+
+# Kubernetes platforms whose node paths and policies the agents follow
+# (docs/platforms.md); "generic" is upstream's charts without a platform.
+PlatformName = Literal[
+    "generic", "aks", "eks", "gke", "openshift", "k3s", "k3d", "microk8s", "minikube", "kind"
+]
+PLATFORM_AUTO: Literal["auto"] = "auto"
+# spec.platform: one enum, so the CRD schema stays structural.
+PlatformSetting = Literal["auto", PlatformName]
 
 
 class Platforms(ApiModel):
@@ -251,6 +276,38 @@ class NewPodWorkaround(ApiModel):
         default=None,
         description="Image for pods whose build is not fixed; a manifest list covering "
         "every supported build. Default: <hub>/redirection-wait:<tag>.",
+    )
+
+
+# A taint key as core/v1 validates it: an optional DNS-subdomain prefix and a name.
+_TAINT_KEY = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+
+
+class ReadinessTaint(ApiModel):
+    """The taint that keeps pods off a node until its agents are Ready."""
+
+    key: Annotated[str, Field(min_length=1, max_length=316, pattern=_TAINT_KEY)] = (
+        "cni.istio.io/not-ready"
+    )
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
+class NodeReadiness(ApiModel):
+    """Remove a node's readiness taint once both of its agents are Ready (opt-in)."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Remove spec.nodeReadiness.taint from a node once its ztunnel and istio-cni "
+        "pods are both Ready, on Linux and every Windows build. Nothing else of a Node is ever "
+        "changed. Needs the chart value nodeReadiness.enabled (it grants patch on Nodes).",
+    )
+    taint: ReadinessTaint = Field(
+        default=ReadinessTaint(),
+        description="The taint removed, matched by key and effect (any value). Your node "
+        "provisioning adds it; the operator never adds a taint.",
     )
 
 
@@ -378,6 +435,12 @@ class AmbientMeshSpec(ApiModel):
     cluster_domain: Annotated[
         str, Field(max_length=253, pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")
     ] = "cluster.local"
+    platform: PlatformSetting = Field(
+        default=PLATFORM_AUTO,
+        description="The Kubernetes platform, whose CNI paths, quotas and security policies "
+        "the agents follow. auto: detected from the Nodes' providerID and labels "
+        "(status.platform says what was found and why).",
+    )
     platforms: Platforms = Platforms()
     ztunnel: Ztunnel = Ztunnel()
     istio_cni: IstioCni = IstioCni()
@@ -387,6 +450,7 @@ class AmbientMeshSpec(ApiModel):
     )
     log_level: LogLevel = "info"
     waypoints: Waypoints = Waypoints()
+    node_readiness: NodeReadiness = NodeReadiness()
 
 
 class Condition(ApiModel):
@@ -466,6 +530,48 @@ class Enrollment(ApiModel):
     )
 
 
+class NodeReadinessStatus(ApiModel):
+    """Nodes whose readiness taint stays until both of their agents are Ready."""
+
+    taint: str = Field(description="key:effect of the taint removed")
+    waiting: int = Field(default=0, description="Nodes with the taint whose agents are not Ready")
+    example_waiting_nodes: Annotated[list[str], Field(max_length=5)] = Field(
+        default=[], description="At most 5 examples; `waiting` has the count."
+    )
+
+
+class PlatformStatus(ApiModel):
+    """Which platform the agents are rendered for, and why."""
+
+    name: PlatformName = Field(description="The platform the agents are rendered for.")
+    detected: PlatformName = Field(description="What the Nodes say, whatever spec.platform says.")
+    source: Literal["detected", "spec"] = Field(
+        description="detected (spec.platform is auto) or spec (spec.platform overrides)."
+    )
+    evidence: Annotated[list[Annotated[str, Field(max_length=512)]], Field(max_length=8)] = Field(
+        default=[], description="What detection found on the Nodes, most telling first."
+    )
+
+
+class VersionStatus(ApiModel):
+    """The Istio versions of istiod and the agents, and a version change under way."""
+
+    control_plane: str | None = Field(
+        default=None,
+        description="istiod's version, from its Deployment's image tag (or its version "
+        "labels); absent when nothing tells it, and then no skew is judged.",
+    )
+    data_plane: str = Field(description="spec.images.tag: the version the agents run or roll to.")
+    rolling: str | None = Field(
+        default=None,
+        description="The platform (linux or a Windows build) whose agents are being replaced now.",
+    )
+    waiting: Annotated[list[str], Field(max_length=8)] = Field(
+        default=[],
+        description="Platforms that keep the images they run until `rolling` is Ready, in order.",
+    )
+
+
 class AmbientMeshStatus(ApiModel):
     """What the operator observed and did."""
 
@@ -473,8 +579,13 @@ class AmbientMeshStatus(ApiModel):
     conditions: Annotated[list[Condition], Field(max_length=16)] = []
     components: Annotated[list[ComponentStatus], Field(max_length=64)] = []
     nodes: NodeInventory = NodeInventory()
+    platform: PlatformStatus | None = None
     enrollment: Enrollment = Enrollment()
     ready_components: str | None = Field(default=None, description="ready/total DaemonSets")
+    versions: VersionStatus | None = None
+    node_readiness: NodeReadinessStatus | None = Field(
+        default=None, description="Set while spec.nodeReadiness.enabled"
+    )
 
 
 class AmbientMesh(ApiModel):

@@ -16,6 +16,8 @@ OWNED_API_KINDS = [
     ("apps/v1", "DaemonSet"),
     ("v1", "ServiceAccount"),
     ("v1", "ConfigMap"),
+    # GKE's quotas for the agents' system-node-critical pods (render/platforms.py).
+    ("v1", "ResourceQuota"),
     *CNI_RBAC_API_KINDS,
 ]
 CNI_RBAC_BY_OPERATOR = "operator"

@@ -13,7 +13,7 @@ left alone).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from ambient_operator.api import constants as c
@@ -36,6 +36,23 @@ def applied_by_us(obj: Mapping[str, Any]) -> bool:
         and entry.get("operation") == "Apply"
         for entry in (obj.get("metadata") or {}).get("managedFields") or []
     )
+
+
+def applies_field(obj: Mapping[str, Any], path: Sequence[str]) -> bool:
+    """Whether our field manager's apply entry holds the field at `path` (say spec, replicas)."""
+    for entry in (obj.get("metadata") or {}).get("managedFields") or []:
+        if not (
+            isinstance(entry, Mapping)
+            and entry.get("manager") == c.FIELD_MANAGER
+            and entry.get("operation") == "Apply"
+        ):
+            continue
+        node: Any = entry.get("fieldsV1")
+        for part in path:
+            node = node.get(f"f:{part}") if isinstance(node, Mapping) else None
+        if node is not None:
+            return True
+    return False
 
 
 def describe(obj: Mapping[str, Any]) -> str:

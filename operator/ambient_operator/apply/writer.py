@@ -13,6 +13,12 @@ a takeover:
   the resourceVersion whose ownership we checked; a conflict re-reads the
   object, checks again and retries once.
 - A delete names the UID whose ownership we checked.
+- A field we stop applying that someone else is to keep setting (a
+  Deployment's replicas, once an autoscaler has them) is first handed over
+  (:func:`hand_over`), under the same checks.
+
+The one exception to "ours only" is :func:`remove_taint`: with node
+readiness gating enabled, a Node's readiness taint, and nothing else of it.
 
 Before any of that, every object written here (write, create_new, replace)
 must pin its pods to one OS (apply/placement.py): an object that does not is
@@ -30,9 +36,11 @@ from ambient_operator.apply.ownership import conflict, describe, may_prune
 from ambient_operator.apply.placement import placement_problem
 from ambient_operator.apply.plan import Owner
 from ambient_operator.kube.client import Kube, KubeError
-from ambient_operator.kube.resources import kind_of
+from ambient_operator.kube.resources import KINDS, kind_of
 
 NAME_CONFLICT = "NameConflict"
+# Co-owns a field we stop applying until its new writer (an autoscaler) takes it.
+HANDOVER_FIELD_MANAGER = f"{c.FIELD_MANAGER}-handover"
 
 
 class NameConflictError(Exception):
@@ -120,6 +128,37 @@ def write(
     raise AssertionError("unreachable")
 
 
+def hand_over(
+    kube: Kube, live: Mapping[str, Any], owner: Owner | None, fields: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Have a second field manager apply `fields` of an object of ours, at the values it holds.
+
+    Server-side apply deletes a field that its only manager stops applying,
+    and the API server then defaults it: a Deployment whose `replicas` we
+    leave to a new autoscaler would drop to 1 pod before the autoscaler acts.
+    With this manager holding the field too, our next apply without it keeps
+    the value, and the autoscaler's first write takes it over (Kubernetes
+    documents this hand-over under "Transferring ownership"). The write
+    touches no pod template, so the placement check does not apply; ownership
+    is checked and the resourceVersion carried as for every write.
+    """
+    why = conflict(live, owner)
+    if why is not None:
+        raise NameConflictError(why)
+    meta = live["metadata"]
+    body = {
+        "apiVersion": live["apiVersion"],
+        "kind": live["kind"],
+        "metadata": {
+            "name": meta["name"],
+            **({"namespace": meta["namespace"]} if meta.get("namespace") else {}),
+            "resourceVersion": meta["resourceVersion"],
+        },
+        **copy.deepcopy(dict(fields)),
+    }
+    return kube.apply(body, force=True, field_manager=HANDOVER_FIELD_MANAGER)
+
+
 def write_by_name(
     kube: Kube, obj: Mapping[str, Any], live: Mapping[str, Any] | None
 ) -> dict[str, Any]:
@@ -177,6 +216,41 @@ def replace(kube: Kube, obj: Mapping[str, Any]) -> dict[str, Any]:
     _refuse_unplaced(obj)
     path = kind_of(dict(obj)).path(meta["name"], meta.get("namespace"))
     result: dict[str, Any] = kube.request("PUT", path, body=dict(obj))
+    return result
+
+
+def remove_taint(
+    kube: Kube, node: Mapping[str, Any], key: str, effect: str
+) -> dict[str, Any] | None:
+    """Remove the taints of `key` and `effect` from a Node, and nothing else; the Node after.
+
+    The one write to an object the operator does not own (node readiness
+    gating, opt-in). A JSON patch whose `test` ops require the Node's UID and
+    its whole taint list to be exactly what `node` (our cache) holds, then
+    replaces the list with the same list minus those taints: a taint someone
+    added or removed meanwhile fails the test (422) instead of being lost,
+    and the next pass judges the Node again. The resourceVersion is not
+    tested: status heartbeats change it every few seconds, and they touch
+    neither the taints nor anything this patch writes. None when the Node
+    has no such taint (no request).
+    """
+    meta = node["metadata"]
+    taints = list((node.get("spec") or {}).get("taints") or [])
+    kept = [t for t in taints if (t.get("key"), t.get("effect")) != (key, effect)]
+    if len(kept) == len(taints):
+        return None
+    patch = [
+        {"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
+        {"op": "test", "path": "/spec/taints", "value": taints},
+        {"op": "replace", "path": "/spec/taints", "value": kept},
+    ]
+    result: dict[str, Any] = kube.request(
+        "PATCH",
+        KINDS[("v1", "Node")].path(meta["name"]),
+        body=patch,
+        query=[("fieldManager", c.FIELD_MANAGER)],
+        content_type="application/json-patch+json",
+    )
     return result
 
 

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMesh, AmbientMeshSpec
 from ambient_operator.cluster.facts import ClusterFacts, NodeFacts
+from ambient_operator.cluster.platform import choice_warning, detect_platform, effective_platform
 from ambient_operator.render import output
 from ambient_operator.render.dataplane import render_dataplane
 
@@ -152,6 +153,18 @@ def load_nodes(path: Path) -> list[NodeFacts]:
     return nodes
 
 
+def load_node_objects(path: Path) -> list[Mapping[str, Any]]:
+    """The Nodes of a file as they are, for what NodeFacts does not keep (the platform's marks).
+
+    Call load_nodes first: it reports what is malformed.
+    """
+    docs = _read(path)
+    entries: list[tuple[str, Any]] = []
+    for index, doc in enumerate(docs):
+        entries.extend(_items(doc, f"documents[{index}]" if len(docs) > 1 else "", str(path)))
+    return [item for _, item in entries if isinstance(item, Mapping)]
+
+
 def _ip(option: str, text: str | None) -> str | None:
     if text is None:
         return None
@@ -215,11 +228,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         spec = load_mesh(args.mesh) if args.mesh is not None else AmbientMeshSpec()
         nodes = load_nodes(args.nodes) if args.nodes is not None else []
+        objects = load_node_objects(args.nodes) if args.nodes is not None else []
+        platform = effective_platform(spec.platform, detect_platform(objects))
         facts = ClusterFacts(
             nodes=tuple(nodes),
             istiod_ip=_ip("--istiod-ip", args.istiod_ip),
             dns_ip=_ip("--dns-ip", args.dns_ip),
             kube_version=_kube_version(args.kube_version),
+            platform=platform.name,
+            platform_warning=choice_warning(platform),
         )
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)

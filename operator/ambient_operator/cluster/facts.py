@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ambient_operator.api import constants as c
+from ambient_operator.cluster.versions import RunningAgent
 
 _KERNEL_BUILD = re.compile(r"^(10\.0\.[0-9]+)(?:[.\s]|$)")
 # osImage is the last resort for Windows nodes whose kernelVersion is empty
@@ -137,6 +138,14 @@ class ClusterFacts:
     # a move of spec.namespace is under way, and their istio-cni accounts stay
     # bound until the operator prunes them.
     moving_from: tuple[str, ...] = ()
+    # Our agent DaemonSets in spec.namespace as they run now, by (platform,
+    # component): where a change of their images (a new version) stands.
+    agents: Mapping[tuple[str, str], RunningAgent] = field(default_factory=dict, hash=False)
+    # The platform the agents are rendered for (cluster/platform.py decides:
+    # detected from the Nodes, or spec.platform).
+    platform: str = "generic"
+    # What the status must say about that choice (nodes that disagree), if anything.
+    platform_warning: str | None = None
 
     @classmethod
     def from_nodes(

@@ -18,11 +18,13 @@ from ambient_operator.kube.resources import ObjectKey, key_of, resource_version
 
 SIDECAR_STATUS_ANNOTATION = "sidecar.istio.io/status"
 SIDECAR_INJECT_LABEL = "sidecar.istio.io/inject"
+# The agents' component labels, mapped to one shared string per agent.
+AGENTS = {"ztunnel": "ztunnel", "istio-cni": "istio-cni"}
 
 
 @dataclass(frozen=True)
 class PodSummary:
-    """The few facts of a pod that enrollment needs."""
+    """The few facts of a pod that enrollment and node readiness gating need."""
 
     namespace: str
     name: str
@@ -33,6 +35,10 @@ class PodSummary:
     node: str | None
     redirection: str | None
     phase: str | None
+    # Only for our agents' pods (node readiness gating); other pods keep None
+    # and False, so their readiness flapping changes no summary.
+    agent: str | None = None  # "ztunnel" or "istio-cni"
+    ready: bool = False  # Ready, and not terminating
 
     @classmethod
     def of(cls, pod: Mapping[str, Any]) -> PodSummary:
@@ -44,6 +50,8 @@ class PodSummary:
         os_name = (spec.get("os") or {}).get("name") or (spec.get("nodeSelector") or {}).get(
             c.LABEL_OS
         )
+        ours = labels.get(c.LABEL_MANAGED_BY) == c.MANAGED_BY
+        agent = AGENTS.get(labels.get(c.LABEL_COMPONENT, "")) if ours else None
         return cls(
             namespace=meta.get("namespace", ""),
             name=meta.get("name", ""),
@@ -55,7 +63,17 @@ class PodSummary:
             node=spec.get("nodeName"),
             redirection=annotations.get(c.ANNOTATION_REDIRECTION),
             phase=(pod.get("status") or {}).get("phase"),
+            agent=agent,
+            ready=agent is not None and not meta.get("deletionTimestamp") and _ready(pod),
         )
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    """The pod's Ready condition is True (what kubelet and the DaemonSet controller count)."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
 
 
 @dataclass

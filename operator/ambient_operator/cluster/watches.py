@@ -120,16 +120,19 @@ def node_shape(node: Mapping[str, Any]) -> Any:
     """What render reads from a Node; heartbeats change nothing here.
 
     Condition taints (node.kubernetes.io/not-ready and friends) come and go
-    with node health and are tolerated by every DaemonSet pod anyway.
+    with node health and are tolerated by every DaemonSet pod anyway. The
+    providerID tells the platform (cluster/platform.py), and a cloud's
+    controller sets it only after the node has joined.
     """
     meta = node.get("metadata", {})
     status = node.get("status") or {}
+    spec = node.get("spec") or {}
     taints = [
         t
-        for t in (node.get("spec") or {}).get("taints") or []
+        for t in spec.get("taints") or []
         if not str(t.get("key", "")).startswith("node.kubernetes.io/")
     ]
-    return (meta.get("labels"), taints, status.get("nodeInfo"))
+    return (meta.get("labels"), taints, status.get("nodeInfo"), spec.get("providerID"))
 
 
 def namespace_entry(ns: Mapping[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ What it may touch, and when:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -52,6 +53,7 @@ from ambient_operator.controllers.dataplane_moves import (
     _uses,
     spec_error,
 )
+from ambient_operator.controllers.node_readiness import NodeReadinessGate
 from ambient_operator.kube.client import KubeError
 from ambient_operator.kube.resources import ObjectKey, key_of
 from ambient_operator.render import RenderResult, render_dataplane
@@ -65,6 +67,8 @@ from ambient_operator.status.components import (
     ready_verdict,
     transitions,
 )
+from ambient_operator.status.platform import platform_status
+from ambient_operator.status.versions import rollout_message, version_status
 from ambient_operator.status.writer import write_status
 
 log = logging.getLogger(__name__)
@@ -73,10 +77,18 @@ log = logging.getLogger(__name__)
 class DataplaneController(DataplaneMoves):
     """Keeps the agents' DaemonSets and friends as the AmbientMesh asks."""
 
+    @functools.cached_property
+    def node_readiness(self) -> NodeReadinessGate:
+        """The opt-in removal of nodes' readiness taints (controllers/node_readiness.py)."""
+        return NodeReadinessGate(self.state, self.kube)
+
     def problems(self, spec: AmbientMeshSpec, result: RenderResult) -> list[Problem]:
         """Everything that makes the mesh Degraded (judged in status/components.py)."""
-        istiod = self.state.deployments.get((spec.namespace, spec.istiod.service()))
-        return mesh_problems(spec, result, set(self.state.services), istiod)
+        return mesh_problems(spec, result, set(self.state.services), self.istiod(spec))
+
+    def istiod(self, spec: AmbientMeshSpec) -> dict[str, Any] | None:
+        """istiod's Deployment, when the caches hold it (named like its Service)."""
+        return self.state.deployments.get((spec.namespace, spec.istiod.service()))
 
     # -- the reconcile --------------------------------------------------------
     async def reconcile(self) -> None:
@@ -108,19 +120,24 @@ class DataplaneController(DataplaneMoves):
             await self._fail(mesh, previous, generation, *refusal)
             return
         moving_from = sorted(self.agent_namespaces(owner) - {spec.namespace})
+        # The same nodes as the facts below: nothing awaits in between.
+        platform = platform_status(self.platform_choice(spec))
         try:
-            result = render_dataplane(spec, self.facts(spec, moving_from), cni_rbac=self.cni_rbac)
+            facts = self.facts(spec, moving_from, owner)
+            result = render_dataplane(spec, facts, cni_rbac=self.cni_rbac)
         except Exception as exc:  # a render bug must show in status, not kill the loop
             log.exception("render failed")
             await self._fail(mesh, previous, generation, MeshReason.RENDER_FAILED, str(exc))
             return
 
         outcome = await self._apply(owner, spec.namespace, moving_from, result)
+        outcome.rollout = rollout_message(result.rollout)
         reconciled = outcome.verdict(len(result.objects))
         if reconciled.status != "True":
             metrics.RECONCILE_ERRORS.labels(controller=CONTROLLER, reason=reconciled.reason).inc()
         components = self._components(result, spec.namespace, owner)
-        problems = self.problems(spec, result)
+        gated, gate_problems = await self.node_readiness.reconcile(spec, result)
+        problems = [*self.problems(spec, result), *gate_problems]
         status = build_status(
             previous,
             generation,
@@ -133,6 +150,9 @@ class DataplaneController(DataplaneMoves):
             result.inventory(),
             self._enrollment(),
             self.clock(),
+            node_readiness=gated,
+            versions=version_status(spec, result.rollout, self.istiod(spec)),
+            platform=platform,
         )
         self._export_metrics(result, status.enrollment)
         await self._write_status(mesh, previous, status)
@@ -254,6 +274,9 @@ class DataplaneController(DataplaneMoves):
             keep.nodes,
             keep.enrollment,
             self.clock(),
+            node_readiness=keep.node_readiness,
+            versions=keep.versions,
+            platform=keep.platform,
         )
         # Nothing was changed: the DaemonSets are as ready as they were.
         status = status.model_copy(update={"ready_components": keep.ready_components})

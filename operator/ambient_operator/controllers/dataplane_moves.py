@@ -16,16 +16,28 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ambient_operator.api import constants as c
 from ambient_operator.api.conditions import MeshReason
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.apply.ownership import conflict, describe
 from ambient_operator.apply.plan import Owner
 from ambient_operator.cluster.facts import ClusterFacts, NodeFacts
+from ambient_operator.cluster.platform import (
+    PlatformChoice,
+    choice_warning,
+    detect_platform,
+    effective_platform,
+)
 from ambient_operator.cluster.state import ClusterState
+from ambient_operator.cluster.versions import RunningAgent, workload_image
 from ambient_operator.kube.client import Kube, KubeError
 from ambient_operator.kube.resources import KINDS, ObjectKey
 from ambient_operator.render import RenderResult
-from ambient_operator.status.components import daemonset_placed, daemonset_ready
+from ambient_operator.status.components import (
+    daemonset_placed,
+    daemonset_ready,
+    daemonset_settled,
+)
 from ambient_operator.status.events import EventRecorder, now_rfc3339
 
 CONTROLLER = "dataplane"
@@ -99,16 +111,46 @@ class DataplaneMoves:
         ip = ((svc or {}).get("spec") or {}).get("clusterIP")
         return ip if ip and ip != "None" else None
 
-    def facts(self, spec: AmbientMeshSpec, moving_from: Sequence[str] = ()) -> ClusterFacts:
-        """Cluster facts for render, from the caches."""
+    def facts(
+        self, spec: AmbientMeshSpec, moving_from: Sequence[str] = (), owner: Owner | None = None
+    ) -> ClusterFacts:
+        """Cluster facts for render, from the caches; `owner`'s agents tell a rollout's progress."""
         nodes = tuple(NodeFacts.from_node(node) for _, node in sorted(self.state.nodes.items()))
+        choice = self.platform_choice(spec)
         return ClusterFacts(
             nodes=nodes,
             istiod_ip=self._service_ip(spec.namespace, spec.istiod.service()),
             dns_ip=self._service_ip(*CLUSTER_DNS),
             kube_version=self.kube_version,
             moving_from=tuple(moving_from),
+            agents=self.running_agents(spec.namespace, owner) if owner is not None else {},
+            platform=choice.name,
+            platform_warning=choice_warning(choice),
         )
+
+    def platform_choice(self, spec: AmbientMeshSpec) -> PlatformChoice:
+        """The platform the agents are rendered for: spec.platform, or what the Nodes say."""
+        return effective_platform(spec.platform, detect_platform(self.state.nodes.values()))
+
+    def running_agents(self, namespace: str, owner: Owner) -> dict[tuple[str, str], RunningAgent]:
+        """This mesh's agent DaemonSets in `namespace` by (platform, component), as they run.
+
+        Only the target namespace's: during a move the new agents have
+        nothing to hold back, and the old ones are pruned, not rolled.
+        """
+        out: dict[tuple[str, str], RunningAgent] = {}
+        for key, live in self.ours(owner).items():
+            if key[:3] != ("apps/v1", "DaemonSet", namespace):
+                continue
+            labels = live.get("metadata", {}).get("labels") or {}
+            platform, component = labels.get(c.LABEL_PLATFORM), labels.get(c.LABEL_COMPONENT)
+            if not platform or not component:
+                continue
+            settled, updating, progress = daemonset_settled(live)
+            out[(platform, component)] = RunningAgent(
+                workload_image(live), settled, updating, progress
+            )
+        return out
 
     def ours(self, owner: Owner) -> dict[ObjectKey, dict[str, Any]]:
         """This mesh's data-plane objects: our labels select them, its UID decides."""

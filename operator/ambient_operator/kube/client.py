@@ -248,11 +248,13 @@ class Kube:
                 item.setdefault("kind", kind.kind)
                 yield item
 
-    def apply(self, obj: Mapping[str, Any], *, force: bool = True) -> dict[str, Any]:
-        """Server-side apply under our field manager."""
+    def apply(
+        self, obj: Mapping[str, Any], *, force: bool = True, field_manager: str | None = None
+    ) -> dict[str, Any]:
+        """Server-side apply under our field manager (or `field_manager`, for a hand-over)."""
         kind = kind_of(dict(obj))
         meta = obj["metadata"]
-        query = [("fieldManager", self.field_manager)]
+        query = [("fieldManager", field_manager or self.field_manager)]
         if force:
             query.append(("force", "true"))
         result: dict[str, Any] = self.request(

@@ -104,6 +104,7 @@ class Kind:
 _KINDS = [
     Kind("v1", "ServiceAccount", "serviceaccounts", True),
     Kind("v1", "ConfigMap", "configmaps", True),
+    Kind("v1", "ResourceQuota", "resourcequotas", True),
     Kind("v1", "Service", "services", True),
     Kind("v1", "Secret", "secrets", True),
     Kind("v1", "Namespace", "namespaces", False, names="label"),
@@ -112,6 +113,8 @@ _KINDS = [
     Kind("v1", "Event", "events", True),
     Kind("apps/v1", "DaemonSet", "daemonsets", True),
     Kind("apps/v1", "Deployment", "deployments", True),
+    Kind("autoscaling/v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", True),
+    Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", True),
     Kind("coordination.k8s.io/v1", "Lease", "leases", True),
     Kind("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", False, names="segment"),
     Kind(

@@ -21,6 +21,8 @@ from ambient_operator.render.model import (
     DaemonSetPlan,
     RenderResult,
 )
+from ambient_operator.render.platforms import RESOURCE_QUOTA_PODS, PlatformProfile, profile
+from ambient_operator.render.rollout import decide
 from ambient_operator.render.templating import render_object
 from ambient_operator.render.verdicts import assign
 
@@ -84,6 +86,8 @@ class _Platform:
     nodes: tuple[NodeFacts, ...]
     # Both agents of a platform go to the same nodes.
     where: pl.Placement
+    # What the cluster's Kubernetes platform (AKS, GKE, OpenShift...) needs.
+    profile: PlatformProfile
 
     @property
     def windows(self) -> bool:
@@ -170,6 +174,7 @@ def _daemonset_values(
         "ports": PORTS,
         "zds_address": c.ZDS_PIPE if plat.windows else c.ZTUNNEL_UDS,
         "run_as": v.WINDOWS_RUN_AS,
+        "profile": plat.profile,
         "root_cert": v.ISTIO_CA_ROOT_CERT,
         **v.component_args(spec),
     }
@@ -195,13 +200,15 @@ def _cpu_env(resources: Resources) -> list[dict[str, Any]]:
     return env
 
 
-def _ztunnel(spec: AmbientMeshSpec, facts: ClusterFacts, plat: _Platform) -> dict[str, Any]:
+def _ztunnel(
+    spec: AmbientMeshSpec, facts: ClusterFacts, plat: _Platform, image: str
+) -> dict[str, Any]:
     values = _daemonset_values(spec, v.ZTUNNEL, plat)
     if not plat.windows:
         return render_object(
             "daemonset-ztunnel-linux.yaml.j2",
             **values,
-            image=v.linux_image(spec, v.ZTUNNEL),
+            image=image,
             istiod=v.linux_istiod(spec),
             cluster_id=ZTUNNEL_CLUSTER_ID,
             cpu_env=_cpu_env(spec.ztunnel.resources),
@@ -211,20 +218,25 @@ def _ztunnel(spec: AmbientMeshSpec, facts: ClusterFacts, plat: _Platform) -> dic
     return render_object(
         "daemonset-ztunnel-windows.yaml.j2",
         **values,
-        image=v.windows_image(spec, v.ZTUNNEL, plat.name),
+        image=image,
         istiod=istiod,
         dns_ip=dns_ip,
     )
 
 
-def _istio_cni(spec: AmbientMeshSpec, plat: _Platform) -> dict[str, Any]:
+def _istio_cni(spec: AmbientMeshSpec, plat: _Platform, image: str) -> dict[str, Any]:
     values = _daemonset_values(spec, v.ISTIO_CNI, plat)
     values["config_map"] = v.cni_config_map_name(plat.name)
     if plat.windows:
-        image = v.windows_image(spec, v.ISTIO_CNI, plat.name)
         return render_object("daemonset-istio-cni-windows.yaml.j2", **values, image=image)
-    image = v.linux_image(spec, v.ISTIO_CNI)
     return render_object("daemonset-istio-cni-linux.yaml.j2", **values, image=image)
+
+
+def _wanted_images(spec: AmbientMeshSpec, plat: _Platform) -> dict[Component, str]:
+    """The images the spec asks for on a platform, per component."""
+    if plat.windows:
+        return {comp: v.windows_image(spec, comp, plat.name) for comp in (v.ISTIO_CNI, v.ZTUNNEL)}
+    return {comp: v.linux_image(spec, comp) for comp in (v.ISTIO_CNI, v.ZTUNNEL)}
 
 
 def _enablement_selector() -> str:
@@ -251,11 +263,17 @@ def _cni_platform_settings(spec: AmbientMeshSpec, plat: _Platform) -> dict[str, 
             "AMBIENT_DISABLE_SAFE_UPGRADE": "true",
             # HostProcess containers see host paths as they are; nothing is
             # mounted. The agent reads these names, not CNI_NET_DIR/CNI_BIN_DIR.
-            "MOUNTED_CNI_NET_DIR": win.cni_conf_dir,
-            "MOUNTED_CNI_BIN_DIR": win.cni_bin_dir,
+            "MOUNTED_CNI_NET_DIR": win.cni_conf_dir or plat.profile.windows_cni_conf_dir,
+            "MOUNTED_CNI_BIN_DIR": win.cni_bin_dir or plat.profile.windows_cni_bin_dir,
         }
-    # The CNI directories are install-cni's defaults, mounted where it looks.
-    return {"AMBIENT_ENABLEMENT_SELECTOR": _enablement_selector(), **LINUX_CNI_SETTINGS}
+    # The CNI directories are mounted where install-cni looks by default;
+    # unchained (Multus), the plugin's own file needs its name.
+    name = plat.profile.cni_conf_name
+    return {
+        "AMBIENT_ENABLEMENT_SELECTOR": _enablement_selector(),
+        **({"CNI_CONF_NAME": name} if name else {}),
+        **LINUX_CNI_SETTINGS,
+    }
 
 
 def _cni_config(spec: AmbientMeshSpec, plat: _Platform) -> dict[str, Any]:
@@ -274,8 +292,52 @@ def _cni_config(spec: AmbientMeshSpec, plat: _Platform) -> dict[str, Any]:
         repair="false" if plat.windows else "true",
         exclude_namespaces=EXCLUDE_NAMESPACES,
         zds_address=c.ZDS_PIPE if plat.windows else c.ZTUNNEL_UDS,
+        # Multus runs istio-cni as a plugin of its own on OpenShift's Linux
+        # nodes; Windows nodes chain it to their CNI whatever the platform.
+        chained="true" if plat.windows or plat.profile.chained else "false",
         settings=_cni_platform_settings(spec, plat),
     )
+
+
+def _resource_quotas(spec: AmbientMeshSpec) -> list[dict[str, Any]]:
+    """One quota per agent for system-node-critical pods, named as upstream's charts name them.
+
+    Where the API server limits a priority class to namespaces with a
+    matching quota (GKE does so for system-node-critical outside
+    kube-system), the agents' pods are admitted only with one.
+    """
+    names: tuple[tuple[Component, str], ...] = (
+        (v.ISTIO_CNI, "istio-cni-resource-quota"),
+        (v.ZTUNNEL, "ztunnel"),
+    )
+    return [
+        render_object(
+            "resourcequota.yaml.j2",
+            name=name,
+            namespace=spec.namespace,
+            labels=v.labels(component, PLATFORM_ALL),
+            pods=RESOURCE_QUOTA_PODS,
+            priority_class=spec.priority_class_name,
+        )
+        for component, name in names
+    ]
+
+
+def _scc_rbac(
+    spec: AmbientMeshSpec, facts: ClusterFacts, accounts: Sequence[str]
+) -> list[dict[str, Any]]:
+    """OpenShift: the ztunnel accounts may use the privileged SCC (istio-cni's role has it)."""
+    labels = v.labels(v.ZTUNNEL, PLATFORM_ALL)
+    role = render_object("clusterrole-ztunnel-scc.yaml.j2", name=v.SA_ZTUNNEL, labels=labels)
+    binding = render_object(
+        "clusterrolebinding.yaml.j2",
+        name=v.SA_ZTUNNEL,
+        labels=labels,
+        role=v.SA_ZTUNNEL,
+        service_accounts=list(accounts),
+        namespaces=[spec.namespace, *sorted(set(facts.moving_from) - {spec.namespace})],
+    )
+    return [role, binding]
 
 
 def _service_account(spec: AmbientMeshSpec, name: str, component: Component) -> dict[str, Any]:
@@ -297,6 +359,7 @@ def _rbac(
         name=v.CLUSTER_ROLE_ISTIO_CNI,
         labels=labels,
         daemonsets=sorted(cni_daemonsets),
+        privileged_scc=profile(facts.platform).privileged_scc,
     )
     binding = render_object(
         "clusterrolebinding.yaml.j2",
@@ -313,21 +376,24 @@ def _rbac(
 
 
 def _platforms(
-    spec: AmbientMeshSpec, linux: tuple[NodeFacts, ...], windows: dict[str, tuple[NodeFacts, ...]]
+    spec: AmbientMeshSpec,
+    linux: tuple[NodeFacts, ...],
+    windows: dict[str, tuple[NodeFacts, ...]],
+    prof: PlatformProfile,
 ) -> list[_Platform]:
     out: list[_Platform] = []
     if spec.platforms.linux.enabled:
         # Linux agents are rendered even with no Linux node yet: control
         # planes are Linux, and the DaemonSet costs nothing until one joins.
         where = pl.placement(pl.linux_requirements(spec), linux)
-        out.append(_Platform(PLATFORM_LINUX, linux, where))
+        out.append(_Platform(PLATFORM_LINUX, linux, where, prof))
     win = spec.platforms.windows
     if win.enabled:
         builds = sorted(set(win.builds)) if win.builds is not None else sorted(windows)
         for build in builds:
             nodes = windows.get(build, ())
             where = pl.placement(pl.windows_requirements(spec, build), nodes)
-            out.append(_Platform(build, nodes, where))
+            out.append(_Platform(build, nodes, where, prof))
     return out
 
 
@@ -338,14 +404,16 @@ def render_dataplane(
 
     Pure: no API calls, no clock, no randomness; the node order in the facts
     does not matter. Objects come in apply order: ServiceAccounts, RBAC,
-    ConfigMaps, DaemonSets. `cni_rbac=False` leaves out the istio-cni
+    ResourceQuotas (where the platform needs them), ConfigMaps, DaemonSets.
+    `cni_rbac=False` leaves out the istio-cni
     ClusterRole and its binding, for installs that ship them (the chart):
     the operator then needs neither the agent's permissions nor RBAC writes.
     """
     assignment = assign(spec, facts.nodes)
-    platforms = _platforms(spec, assignment.linux, dict(assignment.windows))
+    prof = profile(facts.platform)
+    platforms = _platforms(spec, assignment.linux, dict(assignment.windows), prof)
 
-    warnings: list[str] = []
+    warnings: list[str] = [facts.platform_warning] if facts.platform_warning else []
     if any(p.windows for p in platforms):
         _, istiod_warning = v.windows_istiod(spec, facts.istiod_ip)
         _, dns_warning = v.windows_dns(facts.dns_ip, spec)
@@ -365,13 +433,21 @@ def render_dataplane(
         accounts.append((v.SA_ZTUNNEL_WINDOWS, v.ZTUNNEL))
 
     objects: list[dict[str, Any]] = [_service_account(spec, n, comp) for n, comp in accounts]
+    # _platforms lists Linux first, then the Windows builds oldest first: the
+    # order a change of the agents' images (a new version) takes.
+    rollout = decide(
+        [p.name for p in platforms],
+        {p.name: _wanted_images(spec, p) for p in platforms},
+        facts.agents,
+    )
+    images = {p.platform: p.images for p in rollout.platforms}
     plans: list[DaemonSetPlan] = []
     daemonsets: list[dict[str, Any]] = []
     for plat in platforms:
         nodes = tuple(n.name for n in plat.nodes)
         pair: tuple[tuple[Component, dict[str, Any]], ...] = (
-            (v.ISTIO_CNI, _istio_cni(spec, plat)),
-            (v.ZTUNNEL, _ztunnel(spec, facts, plat)),
+            (v.ISTIO_CNI, _istio_cni(spec, plat, images[plat.name][v.ISTIO_CNI])),
+            (v.ZTUNNEL, _ztunnel(spec, facts, plat, images[plat.name][v.ZTUNNEL])),
         )
         for component, obj in pair:
             daemonsets.append(obj)
@@ -383,6 +459,11 @@ def render_dataplane(
             p.name for p in plans if p.component == v.ISTIO_CNI and p.platform == PLATFORM_LINUX
         ]
         objects.extend(_rbac(spec, facts, cni_names))
+        if prof.privileged_scc:
+            objects.extend(_scc_rbac(spec, facts, [n for n, comp in accounts if comp == v.ZTUNNEL]))
+    if platforms and prof.resource_quotas:
+        # Before the DaemonSets: their pods are refused until the quotas exist.
+        objects.extend(_resource_quotas(spec))
     objects.extend(_cni_config(spec, plat) for plat in platforms)
     objects.extend(daemonsets)
     return RenderResult(
@@ -390,4 +471,5 @@ def render_dataplane(
         verdicts=assignment.verdicts,
         daemonsets=tuple(plans),
         warnings=tuple(warnings),
+        rollout=rollout,
     )

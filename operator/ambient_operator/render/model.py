@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ambient_operator.api import constants as c
@@ -42,6 +43,43 @@ class DaemonSetPlan:
     nodes: tuple[str, ...]
 
 
+# How one platform's agents stand in a change of their images (a version change).
+# current: rendered as the spec asks, and Ready at it (or not yet created);
+# rolling: rendered as the spec asks, its pods not all updated and available;
+# waiting: kept at the images it runs until the platform before it is Ready.
+PlatformState = Literal["current", "rolling", "waiting"]
+
+
+@dataclass(frozen=True)
+class PlatformRollout:
+    """Where one platform ("linux" or a Windows build) stands in a rollout of agent images."""
+
+    platform: str
+    state: PlatformState
+    # Per component: the image rendered this pass, and what the DaemonSet runs now.
+    images: Mapping[Component, str] = field(default_factory=dict, hash=False)
+    running: Mapping[Component, str] = field(default_factory=dict, hash=False)
+    # rolling: its progress; waiting: the platform it waits for.
+    why: str = ""
+    # rolling only because its pods are not all available yet, with no new template.
+    settling: bool = False
+
+
+@dataclass(frozen=True)
+class OrderedRollout:
+    """The platforms in rollout order: Linux, then each Windows build, oldest first."""
+
+    platforms: tuple[PlatformRollout, ...] = ()
+
+    def first(self, state: PlatformState) -> PlatformRollout | None:
+        """The first platform in that state."""
+        return next((p for p in self.platforms if p.state == state), None)
+
+    def waiting(self) -> tuple[PlatformRollout, ...]:
+        """The platforms kept at the images they run."""
+        return tuple(p for p in self.platforms if p.state == "waiting")
+
+
 @dataclass(frozen=True)
 class RenderResult:
     """Desired objects in apply order, plus what the status needs to explain them."""
@@ -50,6 +88,7 @@ class RenderResult:
     verdicts: tuple[NodeVerdict, ...]
     daemonsets: tuple[DaemonSetPlan, ...]
     warnings: tuple[str, ...]
+    rollout: OrderedRollout = OrderedRollout()
 
     def unsupported(self) -> tuple[NodeVerdict, ...]:
         """Verdicts of the nodes that get no agent."""

@@ -12,10 +12,11 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import AfterValidator, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from ambient_operator.api import constants as c
 from ambient_operator.api.conditions import (
@@ -82,6 +83,116 @@ class ParametersError(ValueError):
     """A parametersRef that cannot be used; the message names what to fix."""
 
 
+def _only(data: Any, allowed: Sequence[str], what: str, why: str = "") -> Any:
+    """Refuse keys outside `allowed` without echoing them (they are the ConfigMap's content)."""
+    if isinstance(data, Mapping) and any(key not in allowed for key in data):
+        raise PydanticCustomError(
+            "operator_rule",
+            "{what} takes only {allowed}{why}",
+            {"what": what, "allowed": ", ".join(allowed), "why": why},
+        )
+    return data
+
+
+def _budget_count(value: int | str) -> int | str:
+    # The API server takes a count or a percentage up to 100%; "2" (a string
+    # without %) is refused there, so it is refused here, where it can be named.
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("must not be negative")
+        return value
+    if not re.fullmatch(r"[0-9]+%", value) or int(value[:-1]) > 100:
+        raise ValueError(f"{value!r} is neither a count nor a percentage from 0% to 100%")
+    return value
+
+
+BudgetCount = Annotated[int | str, AfterValidator(_budget_count)]
+
+
+class AutoscalerSpec(ApiModel):
+    """The spec fields a horizontalPodAutoscaler overlay may set (autoscaling/v2).
+
+    `scaleTargetRef` is the operator's: the autoscaler scales the waypoint's
+    Deployment and nothing else. A null removes what a lower layer set.
+    """
+
+    min_replicas: Annotated[int, Field(ge=1)] | None = None
+    max_replicas: Annotated[int, Field(ge=1)] | None = None
+    # Checked by the API server, item by item; lists replace, as in a
+    # strategic merge patch of this type.
+    metrics: list[dict[str, Any]] | None = None
+    behavior: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keys(cls, data: Any) -> Any:
+        return _only(
+            data,
+            ("minReplicas", "maxReplicas", "metrics", "behavior"),
+            "horizontalPodAutoscaler spec",
+            "; scaleTargetRef is always the waypoint's Deployment",
+        )
+
+
+class DisruptionBudgetSpec(ApiModel):
+    """The spec fields a podDisruptionBudget overlay may set (policy/v1).
+
+    `selector` is the operator's: the budget covers the waypoint's pods.
+    """
+
+    min_available: BudgetCount | None = None
+    max_unavailable: BudgetCount | None = None
+    unhealthy_pod_eviction_policy: Literal["IfHealthyBudget", "AlwaysAllow"] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keys(cls, data: Any) -> Any:
+        return _only(
+            data,
+            ("minAvailable", "maxUnavailable", "unhealthyPodEvictionPolicy"),
+            "podDisruptionBudget spec",
+            "; selector is always the waypoint's pods",
+        )
+
+
+_OVERLAY_WHY = (
+    "; its labels and annotations are the Gateway's spec.infrastructure ones, as on "
+    "the waypoint's other objects"
+)
+
+
+class AutoscalerOverlay(ApiModel):
+    """A horizontalPodAutoscaler key: an overlay of the object, as istiod reads it."""
+
+    spec: AutoscalerSpec | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keys(cls, data: Any) -> Any:
+        return _only(data, ("spec",), "horizontalPodAutoscaler", _OVERLAY_WHY)
+
+
+class DisruptionBudgetOverlay(ApiModel):
+    """A podDisruptionBudget key: an overlay of the object, as istiod reads it."""
+
+    spec: DisruptionBudgetSpec | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keys(cls, data: Any) -> Any:
+        return _only(data, ("spec",), "podDisruptionBudget", _OVERLAY_WHY)
+
+
+# Keys whose YAML is an object overlay: present (even empty) means "make one".
+HPA_KEY = "horizontalPodAutoscaler"
+PDB_KEY = "podDisruptionBudget"
+_OVERLAY_EXAMPLES = {
+    HPA_KEY: "`spec: {minReplicas: 2, maxReplicas: 4}`",
+    PDB_KEY: "`spec: {minAvailable: 1}`",
+}
+_OVERLAY_KEYS = tuple(_OVERLAY_EXAMPLES)
+
+
 class WaypointParameters(ApiModel):
     """Keys of a parametersRef ConfigMap; each value is YAML (replicas: "2")."""
 
@@ -90,6 +201,8 @@ class WaypointParameters(ApiModel):
     resources: Resources | None = None
     node_selector: LabelMap | None = None
     tolerations: Tolerations | None = None
+    horizontal_pod_autoscaler: AutoscalerOverlay | None = None
+    pod_disruption_budget: DisruptionBudgetOverlay | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +241,21 @@ class Settings:
 
 
 @dataclass(frozen=True)
+class Scaling:
+    """The autoscaler's and the disruption budget's spec after every layer; None: none wanted."""
+
+    autoscaler: dict[str, Any] | None = None
+    budget: dict[str, Any] | None = None
+    # Layers whose `replicas` the autoscaler makes moot, for a Warning Event.
+    replicas_ignored: tuple[str, ...] = ()
+
+    @property
+    def min_replicas(self) -> int:
+        """The fewest pods the autoscaler keeps (autoscaling/v2 defaults minReplicas to 1)."""
+        return int((self.autoscaler or {}).get("minReplicas", 1))
+
+
+@dataclass(frozen=True)
 class WaypointRender:
     """Everything the controller needs for one Gateway."""
 
@@ -136,10 +264,12 @@ class WaypointRender:
     accepted: Verdict
     # Empty when the Gateway is not Accepted: nothing new is deployed for it.
     objects: tuple[dict[str, Any], ...]
+    # With an autoscaler, its minReplicas: the Deployment's count is the autoscaler's.
     replicas: int
     waypoint_for: str | None
     # (reason, message) of things the user asked for that were not done.
     warnings: tuple[tuple[WaypointEvent, str], ...] = field(default=())
+    autoscaled: bool = False
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -251,7 +381,15 @@ def _field_names(*models: type[ApiModel]) -> frozenset[str]:
 
 # The parts of an error location that are ours, not the ConfigMap's content
 # (a nodeSelector's keys are content, and so may be a secret).
-_PARAMETER_FIELDS = _field_names(WaypointParameters, Resources, Toleration)
+_PARAMETER_FIELDS = _field_names(
+    WaypointParameters,
+    Resources,
+    Toleration,
+    AutoscalerOverlay,
+    AutoscalerSpec,
+    DisruptionBudgetOverlay,
+    DisruptionBudgetSpec,
+)
 
 
 def _location(loc: Sequence[int | str]) -> str:
@@ -299,6 +437,15 @@ def parse_parameters(data: Mapping[str, Any] | None, where: str) -> WaypointPara
             mark = getattr(exc, "problem_mark", None)
             at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
             raise ParametersError(f"{where} key {key}: not valid YAML{at}") from None
+        if key in _OVERLAY_KEYS:
+            # As in istiod, the key being there is what asks for the object.
+            if values[key] is None:
+                values[key] = {}
+            if not isinstance(values[key], Mapping):
+                raise ParametersError(
+                    f"{where} key {key}: not a YAML mapping; it is an overlay of the object, "
+                    f"as istiod reads it, e.g. {_OVERLAY_EXAMPLES[key]}"
+                )
     try:
         return WaypointParameters.model_validate(values)
     except ValidationError as exc:
@@ -477,6 +624,99 @@ def effective_settings(
     return Settings(image, replicas, resources, selector, tolerations, dropped)
 
 
+def _overlay(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """`patch` laid over `base` as istiod's strategic merge patch lays it over these kinds.
+
+    Maps merge key by key, a null removes the key, and lists replace: no list
+    in an autoscaling/v2 or policy/v1 spec has a merge key.
+    """
+    out = dict(base)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, Mapping):
+            below = out.get(key)
+            out[key] = _overlay(below if isinstance(below, Mapping) else {}, value)
+        else:
+            out[key] = value
+    return out
+
+
+# What istiod's waypoint template starts each object's spec from, before the
+# overlays; the target and the selector are added with the waypoint's names.
+_AUTOSCALER_BASE: dict[str, Any] = {"maxReplicas": 1}
+_BUDGET_BASE: dict[str, Any] = {}
+
+
+def scaling_of(layers: Sequence[Layer | None]) -> Scaling:
+    """The autoscaler and disruption budget the layers ask for, lowest layer first.
+
+    Each layer's overlay is laid over the one before (a Gateway's over its
+    class's); the object exists when any layer has the key. Raises
+    ParametersError when the result is not one the API server would take.
+    """
+    autoscaler: dict[str, Any] | None = None
+    budget: dict[str, Any] | None = None
+    asked: list[str] = []
+    budgeted: list[str] = []
+    replicas: list[str] = []
+    for layer in layers:
+        if layer is None:
+            continue
+        params = layer.parameters
+        if params.replicas is not None:
+            replicas.append(layer.where)
+        if params.horizontal_pod_autoscaler is not None:
+            asked.append(layer.where)
+            patch = params.horizontal_pod_autoscaler.model_dump(by_alias=True, exclude_unset=True)
+            below = _AUTOSCALER_BASE if autoscaler is None else autoscaler
+            autoscaler = _overlay(below, patch.get("spec") or {})
+        if params.pod_disruption_budget is not None:
+            budgeted.append(layer.where)
+            patch = params.pod_disruption_budget.model_dump(by_alias=True, exclude_unset=True)
+            budget = _overlay(_BUDGET_BASE if budget is None else budget, patch.get("spec") or {})
+    if autoscaler is not None:
+        where = " over ".join(reversed(asked))
+        if "maxReplicas" not in autoscaler:
+            raise ParametersError(
+                f"{where} key horizontalPodAutoscaler: spec.maxReplicas is null; an autoscaler "
+                "needs a maximum"
+            )
+        if int(autoscaler.get("minReplicas", 1)) > int(autoscaler["maxReplicas"]):
+            raise ParametersError(
+                f"{where} key horizontalPodAutoscaler: spec.minReplicas is above "
+                "spec.maxReplicas (maxReplicas is 1 unless set, as in istiod)"
+            )
+    if budget is not None and "minAvailable" in budget and "maxUnavailable" in budget:
+        raise ParametersError(
+            f"{' over '.join(reversed(budgeted))} key podDisruptionBudget: spec.minAvailable "
+            "and spec.maxUnavailable are both set, and a budget takes one; where the class "
+            "sets the other, write it as null in the Gateway's ConfigMap"
+        )
+    return Scaling(autoscaler, budget, tuple(replicas) if autoscaler is not None else ())
+
+
+# The kinds whose spec carries a parameters key's content as written
+# (metrics, behavior), for the API server alone to check.
+_FROM_OVERLAY = {"HorizontalPodAutoscaler": HPA_KEY, "PodDisruptionBudget": PDB_KEY}
+
+
+def refusal(obj: Mapping[str, Any], status: int, message: str) -> str:
+    """What the Gateway's status says when the API server refused one of its objects.
+
+    A refusal of an autoscaler or budget may quote a value from the ConfigMap,
+    which status must never hold: it names the key instead.
+    """
+    kind, name = str(obj.get("kind")), str(_meta(obj).get("name"))
+    key = _FROM_OVERLAY.get(kind)
+    if key is not None and status == 422:
+        return (
+            f"{kind} {name}: the API server refused the spec made from parameters key {key} "
+            "(its answer, which may quote the ConfigMap, is in the operator's log)"
+        )
+    return f"{kind} {name}: {message}"
+
+
 # -- names, listeners, waypoint-for -------------------------------------------------
 
 
@@ -598,6 +838,7 @@ def _objects(
     waypoint: str | None,
     *,
     own_service_account: bool,
+    scaling: Scaling = Scaling(),
 ) -> tuple[dict[str, Any], ...]:
     meta = _meta(gateway)
     namespace = str(meta.get("namespace", ""))
@@ -654,7 +895,8 @@ def _objects(
         render_object(
             "waypoint-deployment.yaml.j2",
             **common,
-            replicas=settings.replicas,
+            # The autoscaler's to set: a count we applied would undo its every change.
+            replicas=None if scaling.autoscaler is not None else settings.replicas,
             selector=selector,
             pod_labels=pod_labels,
             pod_annotations=pod_annotations,
@@ -694,6 +936,23 @@ def _objects(
             ports=_service_ports(listeners),
         )
     )
+    if scaling.autoscaler is not None:
+        target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": names.deployment}
+        objects.append(
+            render_object(
+                "waypoint-autoscaler.yaml.j2",
+                **common,
+                spec={**scaling.autoscaler, "scaleTargetRef": target},
+            )
+        )
+    if scaling.budget is not None:
+        objects.append(
+            render_object(
+                "waypoint-disruption-budget.yaml.j2",
+                **common,
+                spec={**scaling.budget, "selector": {"matchLabels": selector}},
+            )
+        )
     return tuple(objects)
 
 
@@ -719,6 +978,7 @@ def render_waypoint(
     warnings = [(WaypointEvent.INVALID_WAYPOINT_FOR, waypoint_problem)] if waypoint_problem else []
     class_name = str(_spec(gateway).get("gatewayClassName", ""))
     settings: Settings | None = None
+    scaling = Scaling()
     accepted: Verdict
     valid = [listener for listener in listeners if listener.valid]
     problem = name_problem(gateway, names)
@@ -763,6 +1023,7 @@ def render_waypoint(
             settings = effective_settings(
                 spec, [layer.parameters if layer else None for layer in layers]
             )
+            scaling = scaling_of(layers)
         except ParametersError as exc:
             accepted = Verdict(
                 GatewayCondition.ACCEPTED, "False", GatewayReason.INVALID_PARAMETERS, str(exc)
@@ -788,7 +1049,15 @@ def render_waypoint(
     objects: tuple[dict[str, Any], ...] = ()
     replicas = 0
     if accepted.status == "True" and settings is not None:
-        replicas = settings.replicas
+        replicas = scaling.min_replicas if scaling.autoscaler is not None else settings.replicas
+        for where in scaling.replicas_ignored:
+            warnings.append(
+                (
+                    WaypointEvent.REPLICAS_LEFT_TO_AUTOSCALER,
+                    f"{where} key replicas is ignored: the waypoint has a "
+                    "HorizontalPodAutoscaler, which sets the Deployment's replicas",
+                )
+            )
         if settings.dropped:
             warnings.append(
                 (
@@ -805,8 +1074,18 @@ def render_waypoint(
             settings,
             waypoint,
             own_service_account=foreign_service_account is None,
+            scaling=scaling,
         )
-    return WaypointRender(names, listeners, accepted, objects, replicas, waypoint, tuple(warnings))
+    return WaypointRender(
+        names,
+        listeners,
+        accepted,
+        objects,
+        replicas,
+        waypoint,
+        tuple(warnings),
+        autoscaled=scaling.autoscaler is not None,
+    )
 
 
 def render_gateway_class(spec: AmbientMeshSpec) -> dict[str, Any]:
@@ -831,13 +1110,15 @@ def class_verdict(
     spec.namespace) only.
     """
     try:
-        _layer(
+        layer = _layer(
             _spec(gateway_class).get("parametersRef"),
             None,
             class_namespace,
             config_maps,
             "GatewayClass",
         )
+        # An autoscaler or budget the class alone gets wrong fails every Gateway of it.
+        scaling_of([layer])
     except ParametersError as exc:
         return Verdict(
             GatewayCondition.ACCEPTED, "False", GatewayReason.INVALID_PARAMETERS, str(exc)

@@ -27,9 +27,13 @@ from ambient_operator.api.v1alpha1 import (
     Condition,
     Enrollment,
     NodeInventory,
+    NodeReadinessStatus,
+    PlatformStatus,
+    VersionStatus,
 )
 from ambient_operator.render.model import RenderResult
 from ambient_operator.render.values import windows_istiod
+from ambient_operator.status.versions import version_skew
 
 
 def component_status(
@@ -68,6 +72,25 @@ def daemonset_ready(live: Mapping[str, Any] | None, expected_nodes: int) -> tupl
     if updated < desired or ready < desired:
         return False, f"{ready}/{desired} ready, {updated}/{desired} updated"
     return True, f"{ready}/{desired} ready"
+
+
+def daemonset_settled(live: Mapping[str, Any]) -> tuple[bool, bool, str]:
+    """(settled, updating, progress) of a live DaemonSet, for the order of a version change.
+
+    Settled: the controller saw our latest spec and every pod is updated and
+    available. Updating: pods of an older template remain (or the latest
+    spec is not observed yet), so a rollout of its template is under way.
+    """
+    meta = live.get("metadata", {})
+    st = live.get("status") or {}
+    if st.get("observedGeneration", 0) < meta.get("generation", 0):
+        return False, True, "rollout not observed yet"
+    desired = int(st.get("desiredNumberScheduled", 0))
+    updated = int(st.get("updatedNumberScheduled", 0))
+    available = int(st.get("numberAvailable", 0))
+    updating = updated < desired
+    progress = f"{updated}/{desired} updated, {available}/{desired} available"
+    return not updating and available >= desired, updating, progress
 
 
 def daemonset_placed(live: Mapping[str, Any] | None, expected_nodes: int) -> tuple[bool, str]:
@@ -166,6 +189,10 @@ def build_status(
     nodes: NodeInventory,
     enrollment: Enrollment,
     now: str,
+    node_readiness: NodeReadinessStatus | None = None,
+    *,
+    versions: VersionStatus | None = None,
+    platform: PlatformStatus | None = None,
 ) -> AmbientMeshStatus:
     """The whole status object."""
     prev_conditions = previous.conditions if previous else []
@@ -177,6 +204,9 @@ def build_status(
         nodes=nodes,
         enrollment=enrollment,
         ready_components=f"{ready}/{len(components)}",
+        node_readiness=node_readiness,
+        versions=versions,
+        platform=platform,
     )
 
 
@@ -235,6 +265,9 @@ def mesh_problems(
     # - no istiod: no agent anywhere gets configuration or a certificate;
     # - istiod not trusting a ztunnel account: every node of that account
     #   (the Windows ones, typically) runs agents that cannot serve a pod;
+    # - version skew: every agent of that version runs a combination Istio
+    #   does not support, which may fail anywhere; it comes before unsupported
+    #   nodes, which are often for good (a WS2019 pool) and would hide it;
     # - unsupported nodes: those nodes only, and the rest of the mesh works;
     # - render warnings: a fallback that may yet work.
     problems: list[Problem] = []
@@ -251,6 +284,9 @@ def mesh_problems(
     if trust is not None and trust[1]:
         trusted, missing = trust
         problems.append(Problem(MeshReason.ISTIOD_TRUST_MISSING, trust_message(trusted, missing)))
+    skew = version_skew(result.rollout, istiod)
+    if skew is not None:
+        problems.append(skew)
     unsupported = [
         v for v in result.verdicts if not v.supported and v.reason not in INTENDED_EXCLUSIONS
     ]
@@ -284,6 +320,8 @@ class ApplyOutcome:
     errors: list[tuple[str, str]] = field(default_factory=list)
     # Why the old namespace's objects were kept this pass (a move under way).
     waiting: str | None = None
+    # Which platform's agents roll and which wait (status/versions.py, rollout_message).
+    rollout: str | None = None
 
     def failed(self, what: str, cause: str) -> None:
         """Record a write or prune of `what` that the API server refused with `cause`."""
@@ -311,6 +349,8 @@ class ApplyOutcome:
         message = f"{objects} objects match the spec"
         if self.waiting:
             message += f"; {self.waiting}"
+        if self.rollout:
+            message += f"; {self.rollout}"
         return Verdict(MeshCondition.RECONCILED, "True", MeshReason.RECONCILED, message)
 
 

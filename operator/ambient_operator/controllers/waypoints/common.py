@@ -21,6 +21,8 @@ GATEWAY_CLASS = KINDS[(c.GATEWAY_API_VERSION, "GatewayClass")]
 CONFIG_MAP = KINDS[("v1", "ConfigMap")]
 SERVICE_ACCOUNT = KINDS[("v1", "ServiceAccount")]
 NAMESPACE = KINDS[("v1", "Namespace")]
+AUTOSCALER = KINDS[("autoscaling/v2", "HorizontalPodAutoscaler")]
+DISRUPTION_BUDGET = KINDS[("policy/v1", "PodDisruptionBudget")]
 # Gateways reconciled at once; each makes a few API calls from a thread.
 CONCURRENCY = 16
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)

@@ -10,9 +10,9 @@ from typing import Any
 from ambient_operator.api import constants as c
 from ambient_operator.api import metrics
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
-from ambient_operator.apply.ownership import conflict
+from ambient_operator.apply.ownership import applies_field, conflict
 from ambient_operator.apply.plan import Owner, plan, prepare
-from ambient_operator.apply.writer import NameConflictError, write
+from ambient_operator.apply.writer import NameConflictError, hand_over, write
 from ambient_operator.controllers.waypoints.classes import WaypointClasses
 from ambient_operator.controllers.waypoints.common import (
     NAMESPACE,
@@ -103,6 +103,8 @@ class WaypointGateways(WaypointClasses):
             # All or nothing: a waypoint short of one object serves nobody, and
             # the others would sit under names somebody else may want back.
             if not (conflicts or errors):
+                await self._release_replicas(todo.apply, current, owner, errors)
+            if not (conflicts or errors):
                 await self._write_all(todo.apply, current, owner, conflicts, errors)
             if not (conflicts or errors):
                 for obj in todo.prune:
@@ -155,6 +157,30 @@ class WaypointGateways(WaypointClasses):
             current[okey] = live
         return current
 
+    async def _release_replicas(
+        self,
+        objects: Iterable[Mapping[str, Any]],
+        current: dict[ObjectKey, dict[str, Any] | None],
+        owner: Owner,
+        errors: list[str],
+    ) -> None:
+        """Before a Deployment's replicas are left to its autoscaler, hand them over.
+
+        Dropped from our apply while we alone hold them, they would be reset to 1.
+        """
+        for obj in objects:
+            if obj["kind"] != "Deployment" or "replicas" in (obj.get("spec") or {}):
+                continue
+            okey = key_of(obj)
+            live = current.get(okey)
+            if live is None or not applies_field(live, ("spec", "replicas")):
+                continue
+            held = {"spec": {"replicas": (live.get("spec") or {}).get("replicas", 1)}}
+            try:
+                current[okey] = await self._call(hand_over, self.kube, live, owner, held)
+            except (KubeError, NameConflictError) as exc:
+                errors.append(f"Deployment {obj['metadata']['name']}: {exc.message}")
+
     async def _write_all(
         self,
         objects: list[dict[str, Any]],
@@ -170,7 +196,8 @@ class WaypointGateways(WaypointClasses):
                 conflicts.append(exc.message)  # taken meanwhile; nothing was written
                 return
             except KubeError as exc:
-                errors.append(f"{obj['kind']} {obj['metadata']['name']}: {exc.message}")
+                log.warning("%s %s/%s: %s", obj["kind"], *key_of(obj)[2:], exc)
+                errors.append(wr.refusal(obj, exc.status, exc.message))
                 return
             self.on_owned("MODIFIED", live)
             metrics.OBJECTS_APPLIED.labels(kind=obj["kind"]).inc()
@@ -202,8 +229,12 @@ class WaypointGateways(WaypointClasses):
             owner = Owner.of(gateway)
             deployment = self._live(key, "Deployment", result.names.deployment, owner)
             service = self._live(key, "Service", result.names.service, owner)
+            replicas = result.replicas
+            if result.autoscaled and deployment is not None:
+                # The autoscaler's count, not one we asked for.
+                replicas = int((deployment.get("spec") or {}).get("replicas", replicas))
             programmed = ws.programmed_verdict(
-                result.accepted, result.replicas, deployment, service, error, name_conflict
+                result.accepted, replicas, deployment, service, error, name_conflict
             )
             desired = ws.gateway_status(
                 gateway,

@@ -11,7 +11,9 @@ from ambient_operator.api.constants import LABEL_CONTROLLER
 from ambient_operator.cluster.watches import Watched
 from ambient_operator.controllers.waypoints.cache import WaypointCache
 from ambient_operator.controllers.waypoints.common import (
+    AUTOSCALER,
     CONFIG_MAP,
+    DISRUPTION_BUDGET,
     GATEWAY,
     GATEWAY_API_RECHECK_SECONDS,
     GATEWAY_CLASS,
@@ -88,6 +90,10 @@ class WaypointPriming(WaypointCache):
             ),
             *(owned_row(kind) for kind in (KINDS[("apps/v1", "Deployment")], service)),
             owned_row(SERVICE_ACCOUNT),
+            # Asked for by the parameters' horizontalPodAutoscaler and
+            # podDisruptionBudget keys; watched so that a removed key prunes them.
+            owned_row(AUTOSCALER),
+            owned_row(DISRUPTION_BUDGET),
             Watched(
                 "waypoints-configmaps",
                 CONFIG_MAP,

@@ -1,0 +1,277 @@
+"""`ambient-operator precheck`: read a live cluster and say whether ambient will work there.
+
+Only reads (GET and LIST; tests/test_one_writer.py holds it to that), so it
+runs before installing anything, or after. What it reads becomes a
+`status.precheck.Snapshot`; the judgement is that module's table. Objects
+the caller may not read are named once, and the checks go on without them.
+
+Exit codes: 0 nothing blocks (warnings may be shown), 1 something blocks,
+3 the cluster could not be read at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kubernetes.config.config_exception import ConfigException
+from pydantic import ValidationError
+
+from ambient_operator.api import constants as c
+from ambient_operator.api.v1alpha1 import AmbientMeshSpec
+from ambient_operator.cluster.facts import NodeFacts
+from ambient_operator.kube.client import Kube, KubeError, load_api_client
+from ambient_operator.kube.resources import KINDS, Kind
+from ambient_operator.render import waypoints as wr
+from ambient_operator.status import precheck as p
+from ambient_operator.webhook import decide as d
+from ambient_operator.webhook.config import CONFIG_NAME
+from ambient_operator.webhook.misses import MissTracker
+from ambient_operator.webhook.review import RUNTIME_CLASS
+
+EXIT_OK, EXIT_BLOCKED, EXIT_UNREACHABLE = 0, 1, 3
+CRD = Kind(
+    "apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False
+)
+ENDPOINT_SLICE = Kind("discovery.k8s.io/v1", "EndpointSlice", "endpointslices", True)
+MESH = KINDS[(f"{c.API_GROUP}/{c.API_VERSION}", c.KIND)]
+WEBHOOK_CONFIG = KINDS[("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")]
+LEVEL_MARKS = {
+    p.OK: "ok",
+    p.INFO: "--",
+    p.WARNING: "WARN",
+    p.BLOCKING: "BLOCK",
+}
+
+
+class _Reader:
+    """GETs and LISTs that name what they could not read instead of failing."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.unreadable: list[str] = []
+
+    def refused(self, what: str, exc: KubeError) -> None:
+        """Name what RBAC kept from us; any other error is the caller's."""
+        if exc.status in (401, 403):
+            self.unreadable.append(f"{what}: {exc.reason or 'forbidden'}")
+            return
+        raise exc
+
+    def get(self, kind: Kind, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        try:
+            return self.kube.get(kind, name, namespace)
+        except KubeError as exc:
+            self.refused(f"{kind.plural} {name}", exc)
+            return None
+
+    def items(
+        self, kind: Kind, namespace: str | None = None, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        try:
+            return list(self.kube.iter_list(kind, namespace, label_selector))
+        except KubeError as exc:
+            if exc.status == 404:
+                return []  # not served: Gateway API or RuntimeClasses absent
+            self.refused(kind.plural, exc)
+            return []
+
+    def served(self, kind: Kind) -> bool:
+        """Whether the API server serves a kind (our CRD is absent before installing)."""
+        try:
+            self.kube.request("GET", kind.collection(), query=[("limit", "1")])
+        except KubeError as exc:
+            if exc.status != 404:
+                self.refused(kind.plural, exc)
+            return False
+        return True
+
+
+def _kube_version(kube: Kube) -> tuple[tuple[int, int] | None, str]:
+    """(major, minor) the API server reports, and its version text.
+
+    Servers built from source leave major and minor empty; their emulated
+    version (Kubernetes 1.31 and later) still names the release.
+    """
+    info = kube.request("GET", "/version") or {}
+    text = str(info.get("gitVersion") or "unknown")
+    for major_key, minor_key in (("major", "minor"), ("emulationMajor", "emulationMinor")):
+        major = str(info.get(major_key) or "").rstrip("+")
+        minor = str(info.get(minor_key) or "").rstrip("+")
+        if major.isdigit() and minor.isdigit() and major != "0":
+            return (int(major), int(minor)), text
+    return None, text
+
+
+def _mesh_spec(mesh: Mapping[str, Any] | None, unreadable: list[str]) -> AmbientMeshSpec:
+    try:
+        return AmbientMeshSpec.model_validate((mesh or {}).get("spec") or {})
+    except ValidationError as exc:
+        unreadable.append(
+            f"AmbientMesh {c.MESH_NAME}: invalid spec ({exc.error_count()} errors); "
+            "the defaults are checked instead"
+        )
+        return AmbientMeshSpec()
+
+
+def _windows_misses(
+    pods: Iterable[Mapping[str, Any]],
+    namespaces: Mapping[str, Mapping[str, str]],
+    mesh: Mapping[str, Any] | None,
+    nodes: list[NodeFacts],
+    runtime_classes: Mapping[str, Mapping[str, Any]],
+) -> list[str]:
+    """Pods the webhook would give the init container but that lack it: its own decision.
+
+    Judged with the workaround on, whatever the spec says: with it off, these
+    are the pods it leaves exposed. Before installing, the defaults decide.
+    """
+    spec = dict((mesh or {}).get("spec") or {})
+    spec["newPodWorkaround"] = {**(spec.get("newPodWorkaround") or {}), "enabled": True}
+    body = {"metadata": {"name": c.MESH_NAME}, "spec": spec}
+    ctx = d.Context.build(body, nodes, runtime_classes)
+    out = []
+    for pod in pods:
+        suspect = MissTracker.suspect_of(pod)
+        if suspect is None:
+            continue
+        meta = suspect["metadata"]
+        labels = namespaces.get(str(meta.get("namespace")))
+        if labels is None:
+            continue
+        decision = d.decide(suspect, labels, ctx)
+        if decision.inject:
+            where = f"{meta.get('namespace')}/{meta.get('name')}"
+            out.append(f"{where}: {decision.reason}: {decision.message}")
+    return sorted(out)
+
+
+def _webhook(read: _Reader) -> p.Webhook:
+    config = read.get(WEBHOOK_CONFIG, CONFIG_NAME)
+    if config is None:
+        return p.Webhook()
+    client_config = ((config.get("webhooks") or [{}])[0]).get("clientConfig") or {}
+    service = client_config.get("service")
+    if not service:
+        return p.Webhook(configured=True, url=client_config.get("url"))
+    namespace, name = str(service.get("namespace")), str(service.get("name"))
+    slices = read.items(
+        ENDPOINT_SLICE, namespace=namespace, label_selector=f"kubernetes.io/service-name={name}"
+    )
+    ready = sum(
+        1
+        for s in slices
+        for endpoint in s.get("endpoints") or []
+        if (endpoint.get("conditions") or {}).get("ready") is not False
+    )
+    return p.Webhook(configured=True, service=f"{namespace}/{name}", ready_endpoints=ready)
+
+
+def snapshot(kube: Kube) -> p.Snapshot:
+    """Read everything the checks judge (GET and LIST only)."""
+    read = _Reader(kube)
+    version, version_text = _kube_version(kube)
+    nodes = read.items(KINDS[("v1", "Node")])
+    mesh = read.get(MESH, c.MESH_NAME) if read.served(MESH) else None
+    spec = _mesh_spec(mesh, read.unreadable)
+    service = spec.istiod.service()
+    istiod_service = read.get(KINDS[("v1", "Service")], service, spec.namespace)
+    istiod = read.get(KINDS[("apps/v1", "Deployment")], service, spec.namespace)
+    crds = {name: crd for name in p.GATEWAY_API_CRDS if (crd := read.get(CRD, name)) is not None}
+    namespaces = {
+        str(ns["metadata"]["name"]): dict(ns["metadata"].get("labels") or {})
+        for ns in read.items(KINDS[("v1", "Namespace")])
+    }
+    gateways = read.items(KINDS[(c.GATEWAY_API_VERSION, "Gateway")]) if crds else []
+    waypoints = {
+        (str(gw["metadata"].get("namespace")), str(gw["metadata"]["name"])): wr.is_waypoint(gw)
+        for gw in gateways
+    }
+    facts = []
+    for node in nodes:
+        try:
+            facts.append(NodeFacts.from_node(node))
+        except ValueError:
+            continue  # the nodes check names it
+    runtime_classes = {
+        str(rc["metadata"]["name"]): dict(rc.get("scheduling") or {})
+        for rc in read.items(RUNTIME_CLASS)
+    }
+    misses = _windows_misses(
+        read.items(KINDS[("v1", "Pod")]), namespaces, mesh, facts, runtime_classes
+    )
+    return p.Snapshot(
+        kube_version=version,
+        kube_version_text=version_text,
+        nodes=nodes,
+        spec=spec,
+        mesh_installed=mesh is not None,
+        istiod_service=istiod_service is not None,
+        istiod=istiod,
+        crds=crds,
+        daemonsets=read.items(KINDS[("apps/v1", "DaemonSet")]),
+        namespaces=namespaces,
+        waypoints=waypoints,
+        windows_misses=misses,
+        webhook=_webhook(read),
+        unreadable=tuple(read.unreadable),
+    )
+
+
+def human(findings: list[p.Finding]) -> str:
+    """The findings as lines for a terminal, and a verdict at the end."""
+    lines = []
+    for finding in findings:
+        lines.append(f"[{LEVEL_MARKS[finding.level]:>5}] {finding.check}: {finding.message}")
+        lines += [f"          {item}" for item in finding.items]
+    blocking = sum(1 for f in findings if f.level == p.BLOCKING)
+    warnings = sum(1 for f in findings if f.level == p.WARNING)
+    verdict = "ambient will not work here as things are" if blocking else "nothing blocks ambient"
+    lines.append(f"{verdict}: {blocking} blocking, {warnings} warning(s)")
+    return "\n".join(lines) + "\n"
+
+
+def as_json(findings: list[p.Finding]) -> str:
+    """The findings as one JSON document."""
+    body = {
+        "blocked": p.blocked(findings),
+        "blocking": sum(1 for f in findings if f.level == p.BLOCKING),
+        "warnings": sum(1 for f in findings if f.level == p.WARNING),
+        "findings": [f.as_json() for f in findings],
+    }
+    return json.dumps(body, indent=2) + "\n"
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    try:
+        kube = Kube(load_api_client(args.kubeconfig))
+        findings = p.judge(snapshot(kube))
+    except (KubeError, ConfigException, OSError) as exc:
+        # No kubeconfig, a host that does not answer, credentials refused.
+        print(f"ambient-operator precheck: cannot read the cluster: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    sys.stdout.write(as_json(findings) if args.output == "json" else human(findings))
+    return EXIT_BLOCKED if p.blocked(findings) else EXIT_OK
+
+
+def add_parser(sub: Any) -> None:
+    """Register `precheck` on the CLI's subparsers."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "precheck",
+        help="read the current cluster and say whether ambient will work there (read-only)",
+        description="Checks the Kubernetes version, the nodes (OS, architecture, Windows "
+        "build), the platform, istiod (present, version, ambient mode, trusted ztunnel "
+        "accounts), Gateway API, conflicting installs and labels, and the webhook. Exits 1 "
+        "when something blocks ambient, 3 when the cluster cannot be read.",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        default=os.environ.get("KUBECONFIG"),
+        help="kubeconfig file (default: $KUBECONFIG, else in-cluster)",
+    )
+    parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    parser.set_defaults(func=_cmd)

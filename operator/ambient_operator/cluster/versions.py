@@ -1,0 +1,189 @@
+"""Istio versions as the cluster shows them, and Istio's support rule between them.
+
+Pure functions of API objects and strings. `istiod_version` reads the
+version of a live istiod from its Deployment; `skew_problem` applies
+Istio's rule between the control plane and the node agents. Both are
+public names other commands (`precheck`) call; keep them stable.
+
+What a live istiod reveals of its version, best evidence first:
+
+1. the tag of its `discovery` container's image (what actually runs):
+   upstream's chart builds it as `<hub>/pilot:<tag>[-<variant>]`;
+2. `operator.istio.io/version`, which `istioctl install` puts on what it
+   installs (the istioctl's own version, which picks the images);
+3. `app.kubernetes.io/version`, the chart's appVersion (Helm installs),
+   except `1.0.0`, the placeholder of charts built from Istio's source
+   (their Chart.yaml says release-builder replaces it).
+
+`istio.io/rev` names a revision, which by convention only looks like a
+version (`1-30-4`, as often `canary`): it is never read as one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# Upstream's istiod chart names istiod's container this.
+ISTIOD_CONTAINER = "discovery"
+LABEL_ISTIOCTL_VERSION = "operator.istio.io/version"
+LABEL_APP_VERSION = "app.kubernetes.io/version"
+# appVersion of charts that were never released (Istio's source tree).
+UNRELEASED_CHART_VERSION = "1.0.0"
+
+# 1.30.4, v1.30.4, 1.31 (a development line), then anything after a '-' or
+# '+': a variant (-distroless), a pre-release (-alpha.<commit>, -beta.1,
+# -rc.0) or a vendor's suffix (-solo, -fips).
+_VERSION = re.compile(r"^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(?:\.(0|[1-9][0-9]*))?(?:[-+_](.+))?$")
+# A digest ends a reference; a tag is the text after the last ':' of the last
+# path component (a registry's port is before a '/').
+_DIGEST = re.compile(r"@[A-Za-z0-9_+.-]+:[A-Fa-f0-9]+$")
+
+
+@dataclass(frozen=True)
+class Version:
+    """An Istio version: major.minor, the patch when known, and any suffix of the tag."""
+
+    major: int
+    minor: int
+    patch: int | None = None
+    suffix: str | None = None
+
+    @property
+    def line(self) -> tuple[int, int]:
+        """(major, minor): the release line Istio's support rule is stated in."""
+        return self.major, self.minor
+
+    def __str__(self) -> str:
+        text = f"{self.major}.{self.minor}"
+        if self.patch is not None:
+            text += f".{self.patch}"
+        return f"{text}-{self.suffix}" if self.suffix else text
+
+    @property
+    def line_name(self) -> str:
+        """`1.30`: the line, for messages."""
+        return f"{self.major}.{self.minor}"
+
+
+def parse_version(text: str | None) -> Version | None:
+    """The version a tag or label value names (`1.30.4-distroless` is 1.30.4); None if none."""
+    if not text:
+        return None
+    match = _VERSION.match(text.strip())
+    if match is None:
+        return None
+    major, minor, patch, suffix = match.groups()
+    return Version(int(major), int(minor), None if patch is None else int(patch), suffix)
+
+
+def image_tag(image: str | None) -> str | None:
+    """The tag of an image reference (`docker.io/istio/pilot:1.30.4@sha256:...` -> 1.30.4)."""
+    if not image:
+        return None
+    ref = _DIGEST.sub("", image.strip())
+    last = ref.rsplit("/", 1)[-1]
+    if ":" not in last:
+        return None
+    return last.rsplit(":", 1)[1] or None
+
+
+def image_version(image: str | None) -> Version | None:
+    """The Istio version an image's tag names; None for `latest`, digests alone, and the like."""
+    return parse_version(image_tag(image))
+
+
+def _containers(workload: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    spec = workload.get("spec")
+    template = spec.get("template") if isinstance(spec, Mapping) else None
+    pod = template.get("spec") if isinstance(template, Mapping) else None
+    containers = pod.get("containers") if isinstance(pod, Mapping) else None
+    if not isinstance(containers, list):
+        return []
+    return [c for c in containers if isinstance(c, Mapping)]
+
+
+def workload_image(workload: Mapping[str, Any] | None, container: str | None = None) -> str | None:
+    """The image of a Deployment's or DaemonSet's container (`container`, else its first)."""
+    if not isinstance(workload, Mapping):
+        return None
+    containers = _containers(workload)
+    chosen = next((c for c in containers if c.get("name") == container), None)
+    if chosen is None and containers:
+        chosen = containers[0]
+    image = (chosen or {}).get("image")
+    return image if isinstance(image, str) and image else None
+
+
+def istiod_version(deployment: Mapping[str, Any] | None) -> Version | None:
+    """The Istio version of the istiod a Deployment runs; None when nothing tells it.
+
+    Never raises: a malformed Deployment tells no version. The evidence and
+    its order are in this module's docstring.
+    """
+    if not isinstance(deployment, Mapping):
+        return None
+    found = image_version(workload_image(deployment, ISTIOD_CONTAINER))
+    if found is not None:
+        return found
+    meta = deployment.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    if not isinstance(labels, Mapping):
+        return None
+    for key in (LABEL_ISTIOCTL_VERSION, LABEL_APP_VERSION):
+        value = labels.get(key)
+        if isinstance(value, str) and value != UNRELEASED_CHART_VERSION:
+            found = parse_version(value)
+            if found is not None:
+                return found
+    return None
+
+
+SAFE_ORDER = "istiod first, then istio-cni and ztunnel, never more than one minor apart"
+
+
+def skew_problem(control_plane: Version, data_plane: Version) -> str | None:
+    """What breaks Istio's support rule between istiod and a node agent's version; None if fine.
+
+    The rule (Istio's ambient upgrade guide): ztunnel and istio-cni at 1.x
+    work with istiod at 1.x and 1.x+1. So the control plane may be at most
+    one minor ahead of the agents, and the agents never ahead of it. Patch
+    releases and tag suffixes do not count: the rule is stated in minors.
+    """
+    cp, dp = control_plane, data_plane
+    if cp.major != dp.major:
+        return (
+            f"istiod {cp} and the agents' {dp} are of different major versions, which Istio "
+            f"does not support together; upgrade {SAFE_ORDER}"
+        )
+    if dp.minor > cp.minor:
+        return (
+            f"the agents' {dp} is newer than istiod {cp}; the data plane must never be newer "
+            f"than the control plane: upgrade istiod to {dp.line_name} first, or set the agents "
+            f"back to {cp.line_name} or older (the safe order is {SAFE_ORDER})"
+        )
+    behind = cp.minor - dp.minor
+    if behind > 1:
+        return (
+            f"istiod {cp} is {behind} minors ahead of the agents' {dp}; it may be at most one "
+            f"ahead: upgrade the agents to {cp.major}.{cp.minor - 1} or later (the safe order "
+            f"is {SAFE_ORDER})"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class RunningAgent:
+    """One of our agent DaemonSets as it runs now, for the rollout order.
+
+    `settled`: the controller saw its latest spec and every pod is updated
+    and available. `updating`: some pods still run an older template (or
+    the controller has not seen the latest yet): a rollout is under way.
+    """
+
+    image: str | None
+    settled: bool
+    updating: bool
+    progress: str = ""

@@ -1,0 +1,74 @@
+"""The order of a version change: one platform at a time, each Ready before the next.
+
+Pure: from the images the spec asks for per platform and what the live
+DaemonSets run (cluster/versions.py's `RunningAgent`, which the data-plane
+pass builds from its caches), decide which images each platform is
+rendered with this pass.
+
+Linux goes first, then each Windows build, oldest first. A platform whose
+DaemonSets run other images than the spec asks gets the new ones only when
+every platform before it is `current`: rendered as the spec asks and Ready
+there, every pod updated and available. Until then it keeps the images it
+runs, and only those: any other change of the spec reaches it at once. A
+platform without live DaemonSets has nothing to keep and gets the spec's
+images. So a new version that does not come up on Linux (an image that
+does not pull, an agent that crashes) never reaches a Windows node, and a
+platform whose agents cannot all become available (a node that is gone but
+not deleted) holds back the platforms after it, as it would hold back its
+own rolling update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ambient_operator.cluster.versions import RunningAgent
+from ambient_operator.render.model import Component, OrderedRollout, PlatformRollout
+
+
+def decide(
+    order: Sequence[str],
+    wanted: Mapping[str, Mapping[Component, str]],
+    running: Mapping[tuple[str, str], RunningAgent],
+) -> OrderedRollout:
+    """Each platform's images for this pass, in rollout order.
+
+    `order` lists the platforms in rollout order; `wanted` gives, per
+    platform, each component's image as the spec asks; `running` the live
+    DaemonSets by (platform, component).
+    """
+    out: list[PlatformRollout] = []
+    blocker: str | None = None
+    for platform in order:
+        want = dict(wanted[platform])
+        live = {
+            comp: agent
+            for comp in want
+            if (agent := running.get((platform, comp))) is not None and agent.image
+        }
+        have = {comp: str(agent.image) for comp, agent in live.items()}
+        differs = [comp for comp in want if comp in have and have[comp] != want[comp]]
+        if blocker is not None and differs:
+            keep = {comp: have[comp] if comp in differs else want[comp] for comp in want}
+            out.append(PlatformRollout(platform, "waiting", keep, have, blocker))
+            continue
+        unsettled = [
+            f"{comp}: {'new image' if comp in differs else agent.progress}"
+            for comp, agent in sorted(live.items())
+            if comp in differs or not agent.settled
+        ]
+        updating = bool(differs) or any(agent.updating for agent in live.values())
+        if unsettled or updating:
+            why = "; ".join(unsettled) or "rollout not observed yet"
+            # Pods merely starting (a node joined) are no rollout, unless they hold one back.
+            held = not updating
+            out.append(PlatformRollout(platform, "rolling", want, have, why, settling=held))
+            blocker = blocker or platform
+        else:
+            out.append(PlatformRollout(platform, "current", want, have))
+    if not any(p.state == "waiting" for p in out):
+        out = [
+            PlatformRollout(p.platform, "current", p.images, p.running) if p.settling else p
+            for p in out
+        ]
+    return OrderedRollout(tuple(out))

@@ -1,0 +1,109 @@
+"""Versions in the AmbientMesh status: skew with istiod, and a version change under way.
+
+Pure. The version readings and Istio's support rule are cluster/versions.py's;
+the order of a rollout is render/rollout.py's. This module words them for
+status.versions, Degraded (VersionSkew) and the Reconciled message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ambient_operator.api import constants as c
+from ambient_operator.api.conditions import MeshReason, Problem
+from ambient_operator.api.v1alpha1 import AmbientMeshSpec, VersionStatus
+from ambient_operator.cluster.versions import Version, image_version, istiod_version, skew_problem
+from ambient_operator.render.model import PLATFORM_LINUX, OrderedRollout, PlatformRollout
+from ambient_operator.render.values import ZTUNNEL, daemonset_name
+
+# What a Windows node loses while its agents are replaced (docs/versions.md says more).
+WINDOWS_RESTART = (
+    "ztunnel on Windows cannot hand its ports to its successor (no SO_REUSEPORT; "
+    "INPOD_PORT_REUSE=false), so each node's old agent leaves before the new one starts: "
+    "there, until the new ztunnel is Ready, the node's ambient pods cannot open connections "
+    "and those still open when the old one's grace period (spec.ztunnel."
+    "terminationGracePeriodSeconds) ends are cut; pods created while istio-cni restarts are "
+    "redirected once the new one runs (docs/versions.md)"
+)
+
+
+def platform_name(platform: str) -> str:
+    """`Linux`, or `Windows Server 2022 (10.0.20348)`."""
+    if platform == PLATFORM_LINUX:
+        return "Linux"
+    release = c.WINDOWS_BUILD_NAMES.get(platform)
+    return f"{release} ({platform})" if release else f"Windows build {platform}"
+
+
+def _images(rollout: OrderedRollout) -> Iterable[tuple[str, str]]:
+    """(DaemonSet name, image) of what runs now and what is rendered, for every platform."""
+    for plat in rollout.platforms:
+        for images in (plat.running, plat.images):
+            for component, image in images.items():
+                yield daemonset_name(component, plat.platform), image
+
+
+def version_skew(rollout: OrderedRollout, istiod: Mapping[str, Any] | None) -> Problem | None:
+    """VersionSkew, when an agent that runs or is rendered is outside the rule with istiod.
+
+    Both what runs and what the pass renders count: during a rollout the
+    old version still serves the nodes not yet updated. Nothing is judged
+    when istiod's version or an image's is unknown (`latest`, a digest).
+    """
+    control_plane = istiod_version(istiod)
+    if control_plane is None:
+        return None
+    by_version: dict[Version, set[str]] = {}
+    for name, image in _images(rollout):
+        version = image_version(image)
+        if version is not None:
+            by_version.setdefault(version, set()).add(name)
+    lines = []
+    for version, names in sorted(by_version.items(), key=lambda item: str(item[0])):
+        problem = skew_problem(control_plane, version)
+        if problem is not None:
+            lines.append(f"{', '.join(sorted(names))} at {version}: {problem}")
+    if not lines:
+        return None
+    return Problem(MeshReason.VERSION_SKEW, "; ".join(lines))
+
+
+def _rolling(rollout: OrderedRollout) -> PlatformRollout | None:
+    return rollout.first("rolling")
+
+
+def rollout_message(rollout: OrderedRollout) -> str | None:
+    """What the Reconciled message says while a platform rolls or others wait; None otherwise."""
+    rolling, waiting = _rolling(rollout), rollout.waiting()
+    if rolling is None and not waiting:
+        return None
+    parts = []
+    if rolling is not None:
+        parts.append(
+            f"the agents on {platform_name(rolling.platform)} are being replaced ({rolling.why})"
+        )
+    if waiting:
+        names = ", ".join(platform_name(p.platform) for p in waiting)
+        parts.append(
+            f"{names} keep the images they run until {platform_name(waiting[0].why)} is Ready "
+            "(a change of the agents' images rolls one platform at a time: Linux, then each "
+            "Windows build)"
+        )
+    if rolling is not None and rolling.platform != PLATFORM_LINUX and ZTUNNEL in rolling.images:
+        parts.append(WINDOWS_RESTART)
+    return "; ".join(parts)
+
+
+def version_status(
+    spec: AmbientMeshSpec, rollout: OrderedRollout, istiod: Mapping[str, Any] | None
+) -> VersionStatus:
+    """status.versions: istiod's version, the agents' target, and the platforms in a rollout."""
+    control_plane = istiod_version(istiod)
+    rolling = _rolling(rollout)
+    return VersionStatus(
+        control_plane=None if control_plane is None else str(control_plane),
+        data_plane=spec.images.tag,
+        rolling=None if rolling is None else rolling.platform,
+        waiting=[p.platform for p in rollout.waiting()],
+    )

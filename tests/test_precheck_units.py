@@ -1,0 +1,335 @@
+"""precheck's judgement, offline: literal snapshots, the level and words each check gives.
+
+The live command (reading a cluster, its exit code, its JSON) is
+tests/test_precheck.py's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ambient_operator.api.v1alpha1 import AmbientMeshSpec
+from ambient_operator.cli import precheck as pc
+from ambient_operator.cli.main import build_parser
+from ambient_operator.cluster.facts import NodeFacts
+from ambient_operator.status import precheck as p
+
+WS2019, WS2022 = "10.0.17763", "10.0.20348"
+
+
+def _node(name: str, os_name: str, build: str | None = None, arch: str = "amd64") -> dict[str, Any]:
+    labels = {"kubernetes.io/os": os_name, "kubernetes.io/arch": arch}
+    if build:
+        labels["node.kubernetes.io/windows-build"] = build
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "status": {"nodeInfo": {"operatingSystem": os_name, "architecture": arch}},
+    }
+
+
+def _istiod(env: dict[str, str], image: str = "docker.io/istio/pilot:1.30.4") -> dict[str, Any]:
+    return {
+        "metadata": {"name": "istiod", "namespace": "istio-system"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "discovery",
+                            "image": image,
+                            "env": [{"name": k, "value": v} for k, v in env.items()],
+                        }
+                    ]
+                }
+            }
+        },
+    }
+
+
+HEALTHY_ENV = {
+    "PILOT_ENABLE_AMBIENT": "true",
+    "CA_TRUSTED_NODE_ACCOUNTS": "istio-system/ztunnel,istio-system/ztunnel-windows",
+}
+GATEWAY_CRDS = {
+    name: {
+        "metadata": {
+            "name": name,
+            "annotations": {
+                "gateway.networking.k8s.io/bundle-version": "v1.6.1",
+                "gateway.networking.k8s.io/channel": "standard",
+            },
+        }
+    }
+    for name in ("gatewayclasses.gateway.networking.k8s.io", "gateways.gateway.networking.k8s.io")
+}
+
+
+def _snapshot(**changes: Any) -> p.Snapshot:
+    base: dict[str, Any] = dict(
+        kube_version=(1, 34),
+        kube_version_text="v1.34.2",
+        nodes=[_node("linux-1", "linux"), _node("win-2022", "windows", WS2022)],
+        spec=AmbientMeshSpec(),
+        mesh_installed=True,
+        istiod_service=True,
+        istiod=_istiod(HEALTHY_ENV),
+        crds=GATEWAY_CRDS,
+        daemonsets=[],
+        namespaces={"apps": {"istio.io/dataplane-mode": "ambient"}},
+        waypoints={},
+        windows_misses=[],
+        webhook=p.Webhook(
+            configured=True, service="ambient-operator/ambient-operator", ready_endpoints=1
+        ),
+    )
+    base.update(changes)
+    return p.Snapshot(**base)
+
+
+def _levels(findings: list[p.Finding]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for f in findings:
+        out.setdefault(f.check, []).append(f.level)
+    return out
+
+
+def test_a_healthy_cluster_blocks_nothing() -> None:
+    findings = p.judge(_snapshot())
+    assert _levels(findings) == {
+        "kubernetes": ["ok"],
+        "nodes": ["info", "ok"],
+        "platform": ["info"],
+        "istiod": ["ok"],
+        "ambient-enabled": ["ok"],
+        "node-trust": ["ok"],
+        "version-skew": ["ok"],
+        "gateway-api": ["ok"],
+        "upstream-agents": ["ok"],
+        "namespace-labels": ["ok"],
+        "windows-pods": ["ok"],
+        "webhook": ["ok"],
+    }
+    assert not p.blocked(findings)
+    by_check = {f.check: f for f in findings if f.level != "info"}
+    assert by_check["istiod"].message == (
+        "istiod istio-system/istiod 1.30.4 (docker.io/istio/pilot:1.30.4)"
+    )
+    assert by_check["gateway-api"].message == "Gateway API v1.6.1 (standard)"
+    assert by_check["nodes"].message == "2 node(s) can run the agents"
+    inventory = next(f for f in findings if f.check == "nodes" and f.level == "info")
+    assert inventory.items == (
+        "linux/amd64: 1 node(s)",
+        "windows/amd64 Windows Server 2022 (10.0.20348): 1 node(s)",
+    )
+
+
+def _only(findings: list[p.Finding], check: str, level: str) -> p.Finding:
+    found = [f for f in findings if f.check == check and f.level == level]
+    assert len(found) == 1, findings
+    return found[0]
+
+
+def test_no_istiod_blocks_and_its_checks_are_skipped() -> None:
+    findings = p.judge(_snapshot(istiod_service=False, istiod=None))
+    assert p.blocked(findings)
+    blocking = _only(findings, "istiod", "blocking")
+    assert "Service istio-system/istiod not found" in blocking.message
+    assert "--set profile=ambient" in blocking.message
+    for check in ("ambient-enabled", "node-trust", "version-skew"):
+        assert _only(findings, check, "info").message == "not checked: no istiod Deployment"
+
+
+def test_istiod_without_ambient_blocks() -> None:
+    env = {k: v for k, v in HEALTHY_ENV.items() if k != "PILOT_ENABLE_AMBIENT"}
+    finding = _only(p.judge(_snapshot(istiod=_istiod(env))), "ambient-enabled", "blocking")
+    assert "PILOT_ENABLE_AMBIENT is not set" in finding.message
+
+
+def test_untrusted_windows_ztunnel_blocks_with_the_helm_value() -> None:
+    env = {**HEALTHY_ENV, "CA_TRUSTED_NODE_ACCOUNTS": "istio-system/ztunnel"}
+    finding = _only(p.judge(_snapshot(istiod=_istiod(env))), "node-trust", "blocking")
+    assert finding.items == ("istio-system/ztunnel-windows",)
+    assert "env.CA_TRUSTED_NODE_ACCOUNTS=istio-system/ztunnel,istio-system/ztunnel-windows" in (
+        finding.message
+    )
+    # Without Windows nodes there is no Windows account to trust.
+    linux_only = _snapshot(istiod=_istiod(env), nodes=[_node("linux-1", "linux")])
+    assert _only(p.judge(linux_only), "node-trust", "ok")
+
+
+@pytest.mark.parametrize(
+    ("istiod_tag", "agents_tag", "level"),
+    [
+        ("1.30.4", "1.30.4", "ok"),
+        ("1.31.0", "1.30.4", "ok"),  # istiod one minor ahead
+        ("1.32.0", "1.30.4", "blocking"),  # two ahead
+        ("1.29.3", "1.30.4", "blocking"),  # agents newer than istiod
+    ],
+)
+def test_version_skew(istiod_tag: str, agents_tag: str, level: str) -> None:
+    snap = _snapshot(
+        istiod=_istiod(HEALTHY_ENV, f"docker.io/istio/pilot:{istiod_tag}"),
+        spec=AmbientMeshSpec.model_validate({"images": {"tag": agents_tag}}),
+    )
+    assert _only(p.judge(snap), "version-skew", level)
+
+
+def test_unsupported_windows_build_warns_by_name() -> None:
+    nodes = [_node("linux-1", "linux"), _node("win-2019", "windows", WS2019)]
+    finding = _only(p.judge(_snapshot(nodes=nodes)), "nodes", "warning")
+    assert finding.message == ("1 node(s) can never run the agents; pods there are not in the mesh")
+    assert len(finding.items) == 1
+    assert finding.items[0].startswith("win-2019: WindowsBuildUnsupported: Windows Server 2019")
+
+
+def test_no_node_for_the_agents_blocks() -> None:
+    nodes = [_node("win-2019", "windows", WS2019), _node("s390", "linux", arch="s390x")]
+    finding = _only(p.judge(_snapshot(nodes=nodes)), "nodes", "blocking")
+    assert finding.message == "no node can run the ambient agents"
+    assert [item.split(":")[0] for item in finding.items] == ["s390", "win-2019"]
+
+
+def test_upstream_ztunnel_blocks() -> None:
+    upstream = {
+        "metadata": {
+            "name": "ztunnel",
+            "namespace": "istio-system",
+            "labels": {"app.kubernetes.io/managed-by": "Helm"},
+            "annotations": {"meta.helm.sh/release-name": "ztunnel"},
+        },
+        "spec": {"template": {"metadata": {"labels": {"app": "ztunnel"}}}},
+    }
+    ours = {
+        "metadata": {
+            "name": "ztunnel",
+            "namespace": "istio-system",
+            "labels": {"app.kubernetes.io/managed-by": "ambient-operator"},
+        },
+        "spec": {"template": {"metadata": {"labels": {"app": "ztunnel"}}}},
+    }
+    assert _only(p.judge(_snapshot(daemonsets=[ours])), "upstream-agents", "ok")
+    finding = _only(p.judge(_snapshot(daemonsets=[upstream, ours])), "upstream-agents", "blocking")
+    assert finding.items == ("istio-system/ztunnel: ztunnel, managed by Helm release ztunnel",)
+
+
+@pytest.mark.parametrize(
+    ("labels", "reason"),
+    [
+        ({"data-plane-mode": "ambient"}, "MisspelledDataplaneMode"),
+        ({"istio.io/dataplane-mode": "ambient", "istio-injection": "enabled"}, "SidecarAndAmbient"),
+        (
+            {"istio.io/dataplane-mode": "ambient", "istio.io/use-waypoint": "true"},
+            "WaypointNameExpected",
+        ),
+    ],
+)
+def test_namespace_labels_warn(labels: dict[str, str], reason: str) -> None:
+    finding = _only(p.judge(_snapshot(namespaces={"talk": labels})), "namespace-labels", "warning")
+    assert [item.split(": ")[:2] for item in finding.items] == [["talk", reason]]
+
+
+def test_gateway_api_missing_or_old_warns() -> None:
+    missing = _only(p.judge(_snapshot(crds={})), "gateway-api", "warning")
+    assert "L4 ambient works" in missing.message
+    old = {
+        name: {"metadata": {"annotations": {"gateway.networking.k8s.io/bundle-version": "v1.2.0"}}}
+        for name in GATEWAY_CRDS
+    }
+    assert (
+        "older than v1.4" in _only(p.judge(_snapshot(crds=old)), "gateway-api", "warning").message
+    )
+
+
+@pytest.mark.parametrize(
+    ("version", "level"),
+    [
+        ((1, 29), "blocking"),
+        ((1, 30), "ok"),
+        ((1, 37), "ok"),
+        ((1, 38), "warning"),
+        (None, "warning"),
+    ],
+)
+def test_kubernetes_version(version: tuple[int, int] | None, level: str) -> None:
+    assert _only(p.judge(_snapshot(kube_version=version)), "kubernetes", level)
+
+
+def test_webhook() -> None:
+    none = p.Webhook()
+    assert _only(p.judge(_snapshot(webhook=none, mesh_installed=False)), "webhook", "info")
+    assert _only(p.judge(_snapshot(webhook=none)), "webhook", "warning")
+    down = p.Webhook(configured=True, service="ops/ambient-operator", ready_endpoints=0)
+    assert (
+        "no ready endpoint" in _only(p.judge(_snapshot(webhook=down)), "webhook", "warning").message
+    )
+
+
+def test_windows_pods_without_the_workaround_warn() -> None:
+    misses = ["apps/web-0: needs the init container"]
+    finding = _only(p.judge(_snapshot(windows_misses=misses)), "windows-pods", "warning")
+    assert finding.items == tuple(misses)
+
+
+def test_every_check_says_when_it_blocks_and_warns() -> None:
+    assert [check.name for check in p.CHECKS] == [
+        "kubernetes",
+        "nodes",
+        "platform",
+        "istiod",
+        "ambient-enabled",
+        "node-trust",
+        "version-skew",
+        "gateway-api",
+        "upstream-agents",
+        "namespace-labels",
+        "windows-pods",
+        "webhook",
+    ]
+    assert all(check.what and check.blocks and check.warns for check in p.CHECKS)
+
+
+def test_the_command_is_registered() -> None:
+    args = build_parser().parse_args(["precheck", "-o", "json"])
+    assert args.output == "json"
+
+
+def test_the_docs_table_is_the_checks_table() -> None:
+    page = (Path(__file__).resolve().parents[1] / "docs" / "precheck.md").read_text()
+    for check in p.CHECKS:
+        row = f"| `{check.name}` | {check.what} | {check.blocks} | {check.warns} |"
+        assert row in page, row
+
+
+def _pod(namespace: str, name: str, node: str, init: list[str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "nodeName": node,
+        "os": {"name": "windows"},
+        "containers": [{"name": "app", "image": "example.com/app:1"}],
+    }
+    if init:
+        spec["initContainers"] = [{"name": n, "image": "example.com/init:1"} for n in init]
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": spec, "status": {}}
+
+
+@pytest.mark.parametrize("workaround", [True, False])
+def test_windows_pods_missing_the_workaround_are_the_webhooks_decision(workaround: bool) -> None:
+    nodes = [
+        NodeFacts.from_node(_node("win-2022", "windows", WS2022)),
+        NodeFacts.from_node(_node("win-2025", "windows", "10.0.26100")),
+    ]
+    namespaces = {"apps": {"istio.io/dataplane-mode": "ambient"}, "plain": {}}
+    pods = [
+        _pod("apps", "exposed", "win-2022"),
+        _pod("apps", "covered", "win-2022", init=["ambient-redirection-wait"]),
+        _pod("apps", "ws2025", "win-2025"),
+        _pod("plain", "not-enrolled", "win-2022"),
+    ]
+    mesh = {"metadata": {"name": "default"}, "spec": {"newPodWorkaround": {"enabled": workaround}}}
+    assert pc._windows_misses(pods, namespaces, mesh, nodes, {}) == [
+        "apps/exposed: ScheduledOnPreWS2025Node: bound to node win-2022 (build 10.0.20348)"
+    ]
+    # Before installing: the defaults decide.
+    assert len(pc._windows_misses(pods, namespaces, None, nodes, {})) == 1
