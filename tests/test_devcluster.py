@@ -101,7 +101,11 @@ def test_to_kwok_node_drops_server_fields_and_adds_defaults() -> None:
         "labels": {"a": "b", "kubernetes.io/hostname": "n1"},
         "annotations": {KWOK_NODE_ANNOTATION: "fake"},
     }
-    assert body["spec"] == {"taints": [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]}
+    # providerID is kept: it tells the platform (AKS here) the inventory came from.
+    assert body["spec"] == {
+        "taints": [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}],
+        "providerID": "azure://x",
+    }
     assert body["status"]["capacity"] == {
         "cpu": "32",
         "memory": "256Gi",

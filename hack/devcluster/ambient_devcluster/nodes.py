@@ -1,8 +1,8 @@
 """Turn a node inventory (``kubectl get nodes -o yaml``) into kwok-managed Nodes.
 
 Only what describes the machine is kept: labels, annotations, taints, pod
-CIDRs, providerID, unschedulable, and from the status nodeInfo, capacity, allocatable and
-addresses. Server-populated metadata and observed state (conditions, images,
+CIDRs, providerID, unschedulable, and from the status nodeInfo, capacity,
+allocatable and addresses. Server-populated metadata and observed state (conditions, images,
 volumes) are dropped; kwok produces fresh conditions.
 """
 
