@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
-from typing import Any
 
 from ambient_operator.api.conditions import MeshReason, Problem
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec, NodeReadinessStatus
@@ -19,6 +17,7 @@ from ambient_operator.apply.writer import remove_taint
 from ambient_operator.cluster.readiness import MAX_EXAMPLES, judge
 from ambient_operator.cluster.state import ClusterState
 from ambient_operator.kube.client import Kube, KubeError
+from ambient_operator.kube.resources import resource_version
 from ambient_operator.render import RenderResult
 
 log = logging.getLogger(__name__)
@@ -52,7 +51,7 @@ class NodeReadinessGate:
             node = self.state.nodes.get(name)
             if node is None:
                 continue
-            if _version(node) < self._sent.get(name, 0):
+            if resource_version(node) < self._sent.get(name, 0):
                 continue
             try:
                 live = await asyncio.to_thread(remove_taint, self.kube, node, key, effect)
@@ -65,7 +64,7 @@ class NodeReadinessGate:
                     refused.setdefault((exc.status == 403, exc.message), []).append(name)
                 continue
             if live is not None:
-                self._sent[name] = _version(live)
+                self._sent[name] = resource_version(live)
                 log.info("node %s: both agents Ready; removed taint %s:%s", name, key, effect)
         self._sent = {n: v for n, v in self._sent.items() if n in self.state.nodes}
         still = [*gate.waiting, *(n for names in refused.values() for n in names)]
@@ -89,9 +88,3 @@ class NodeReadinessGate:
             for (forbidden, cause), names in refused.items()
         ]
         return status, problems
-
-
-def _version(obj: Mapping[str, Any]) -> int:
-    """An object's resourceVersion as a number (etcd's revision), 0 when unreadable."""
-    text = str((obj.get("metadata") or {}).get("resourceVersion") or "")
-    return int(text) if text.isdigit() else 0
