@@ -412,6 +412,24 @@ def _received(event: dict[str, Any]) -> datetime:
     return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
+REPLICA_USERS = ("ambient-operator-a", "ambient-operator-b")
+
+
+def _replicas(
+    cluster: LocalCluster, tmp_path: Path, users: tuple[str, ...], lease_seconds: float
+) -> dict[str, RunningOperator]:
+    """One operator process per user, with leader election on a short lease (not started)."""
+    return {
+        user: RunningOperator(
+            cluster,
+            tmp_path / user,
+            extra_args=["--leader-election", "--lease-seconds", str(lease_seconds)],
+            kubeconfig=cluster.user_kubeconfig(user, ["system:masters"]),
+        )
+        for user in users
+    }
+
+
 def test_two_replicas_one_leader_and_a_takeover_at_the_first_chance(
     cluster: LocalCluster,
     k8s: client.ApiClient,
@@ -423,15 +441,7 @@ def test_two_replicas_one_leader_and_a_takeover_at_the_first_chance(
     with ignoring(404):  # a lease left by another module's operator
         client.CoordinationV1Api(k8s).delete_namespaced_lease("ambient-operator", AGENTS_NS)
     lease_seconds = 5.0
-    replicas = {
-        user: RunningOperator(
-            cluster,
-            tmp_path / user,
-            extra_args=["--leader-election", "--lease-seconds", str(lease_seconds)],
-            kubeconfig=cluster.user_kubeconfig(user, ["system:masters"]),
-        )
-        for user in ("ambient-operator-a", "ambient-operator-b")
-    }
+    replicas = _replicas(cluster, tmp_path, REPLICA_USERS, lease_seconds)
     start = audit.mark()
     for user, op in replicas.items():
         (tmp_path / user).mkdir()
@@ -539,16 +549,8 @@ def test_api_server_frozen_longer_than_the_lease_makes_no_split_brain(
     with ignoring(404):  # a lease left by another module's operator
         client.CoordinationV1Api(k8s).delete_namespaced_lease("ambient-operator", AGENTS_NS)
     lease_seconds = 5.0
-    users = ["ambient-operator-a", "ambient-operator-b"]
-    replicas = {
-        user: RunningOperator(
-            cluster,
-            tmp_path / user,
-            extra_args=["--leader-election", "--lease-seconds", str(lease_seconds)],
-            kubeconfig=cluster.user_kubeconfig(user, ["system:masters"]),
-        )
-        for user in users
-    }
+    users = list(REPLICA_USERS)
+    replicas = _replicas(cluster, tmp_path, REPLICA_USERS, lease_seconds)
     for user, op in replicas.items():
         (tmp_path / user).mkdir()
         op.start()

@@ -139,18 +139,22 @@ def _run(body: Callable[[], Awaitable[None]]) -> None:
 def test_the_loop_passes_after_a_poke_and_only_while_leading() -> None:
     async def body() -> None:
         source, passes, leader = _Source(), asyncio.Queue[bool](), [False]
+        asked = asyncio.Event()
+
+        def leading() -> bool:
+            asked.set()
+            return leader[0]
 
         async def work() -> None:
             await passes.put(source.urgent)
 
-        loop = ReconcileLoop("test", source, work, lambda: leader[0], _TIMING)
+        loop = ReconcileLoop("test", source, work, leading, _TIMING)
         task = asyncio.create_task(loop.run())
         source.poke()
-        # Not leading: the change is taken (the urgency is consumed), no pass runs.
-        # Wait until the loop is idle again, seen as the trigger being cleared.
-        while source.trigger.is_set() or source.urgent:
-            await asyncio.sleep(0.001)
+        # Not leading: the loop took the change (and its urgency) and ran no pass.
+        await asyncio.wait_for(asked.wait(), _DEADLINE)
         assert passes.empty()
+        assert not source.urgent
         leader[0] = True
         source.poke()
         # The pass sees the urgency already consumed by the loop (it is the loop's to tell).
