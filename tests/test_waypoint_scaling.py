@@ -54,6 +54,7 @@ TIMEOUT = 90.0
 PASSES = "ambient_operator_reconcile_duration_seconds_count"
 HPA = "horizontalPodAutoscaler"
 PDB = "podDisruptionBudget"
+SCALING_KINDS = ("HorizontalPodAutoscaler", "PodDisruptionBudget")
 
 
 def _objects(result: wr.WaypointRender) -> dict[str, dict[str, Any]]:
@@ -473,7 +474,11 @@ def test_autoscaler_and_budget_are_created_updated_and_pruned(
         budget = (new_pdb["spec"].get("minAvailable"), new_pdb["spec"].get("maxUnavailable"))
         return (new_hpa, new_pdb) if limits == (3, 5) and budget == (None, 1) else None
 
-    new_hpa, new_pdb = wait_for(updated, TIMEOUT, "the HPA and PDB updated")
+    try:
+        new_hpa, new_pdb = wait_for(updated, TIMEOUT, "the HPA and PDB updated")
+    except TimeoutError:
+        held = {kind: (read(k8s, kind, ns, "wp") or {}).get("spec") for kind in SCALING_KINDS}
+        _fail_with_log(operator.op, f"not updated: {held}")
     # Updated in place, not made again.
     assert new_hpa["metadata"]["uid"] == hpa["metadata"]["uid"]
     assert new_pdb["metadata"]["uid"] == pdb["metadata"]["uid"]

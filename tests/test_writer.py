@@ -125,6 +125,65 @@ def test_create_claims_fields_for_apply_so_dropped_fields_go(
     assert live["data"] == {"a": "1"}
 
 
+def _our_managers(live: dict[str, Any]) -> list[tuple[str, str]]:
+    return [
+        (m["manager"], m["operation"])
+        for m in live["metadata"]["managedFields"]
+        if m["manager"] == c.FIELD_MANAGER
+    ]
+
+
+class _Interrupted(Kube):
+    """A Kube whose POST is followed at once by somebody else's write.
+
+    A controller's first status write (the disruption controller's on a new
+    PodDisruptionBudget) lands in that gap in a live cluster, sometimes.
+    """
+
+    def __init__(self, kube: Kube, k8s: client.ApiClient) -> None:
+        super().__init__(kube.api, field_manager=c.FIELD_MANAGER)
+        self.core = client.CoreV1Api(k8s)
+
+    def create(self, obj: Any) -> dict[str, Any]:
+        created = super().create(obj)
+        meta = created["metadata"]
+        self.core.patch_namespaced_config_map(
+            meta["name"], meta["namespace"], {"metadata": {"labels": {"team": "x"}}}
+        )
+        return created  # now at a stale resourceVersion
+
+
+def test_a_write_between_our_create_and_its_claim_loses_nothing(
+    kube: Kube, k8s: client.ApiClient, namespace: str, owner: Owner
+) -> None:
+    racing = _Interrupted(kube, k8s)
+    first = prepare(_config_map(namespace, "cm", {"a": "1", "b": "2"}), owner, "test")
+    live = write(racing, first, None, owner)
+    assert _our_managers(live) == [(c.FIELD_MANAGER, "Apply")]
+    assert live["metadata"]["labels"]["team"] == "x"
+    second = prepare(_config_map(namespace, "cm", {"a": "1"}), owner, "test")
+    assert write(kube, second, live, owner)["data"] == {"a": "1"}
+
+
+def test_a_claim_that_never_landed_is_made_on_the_next_update(
+    kube: Kube, k8s: client.ApiClient, namespace: str, owner: Owner
+) -> None:
+    """A POST's entry left beside our apply entry is folded into it, so dropped fields go."""
+    core = client.CoreV1Api(k8s)
+    body = prepare(_config_map(namespace, "cm", {"a": "1", "b": "2", "c": "3"}), owner, "test")
+    core.create_namespaced_config_map(namespace, body, field_manager=c.FIELD_MANAGER)
+    # An apply of ours that no longer sets c: the POST's entry still holds it.
+    kube.apply(prepare(_config_map(namespace, "cm", {"a": "1", "b": "2"}), owner, "test"))
+    live = kube.get(KINDS[("v1", "ConfigMap")], "cm", namespace)
+    assert live is not None
+    assert sorted(_our_managers(live)) == [(c.FIELD_MANAGER, "Apply"), (c.FIELD_MANAGER, "Update")]
+    assert set(live["data"]) == {"a", "b", "c"}
+    third = prepare(_config_map(namespace, "cm", {"a": "1"}), owner, "test")
+    live = write(kube, third, live, owner)
+    assert live["data"] == {"a": "1"}
+    assert _our_managers(live) == [(c.FIELD_MANAGER, "Apply")]
+
+
 def test_someone_elses_object_is_never_written_or_pruned(
     kube: Kube, k8s: client.ApiClient, namespace: str, owner: Owner
 ) -> None:

@@ -8,7 +8,9 @@ a takeover:
 - A first creation is a POST, which fails if anything of that name exists
   (server-side apply would silently take it over). The POST's field
   ownership is then converted to an apply entry of our field manager, so
-  later applies can drop fields we stop setting.
+  later applies can drop fields we stop setting; a conflict in that
+  conversion is retried on the same UID, and an update finishes one that
+  never landed.
 - An update is a forced server-side apply (force only on what we own) with
   the resourceVersion whose ownership we checked; a conflict re-reads the
   object, checks again and retries once.
@@ -41,6 +43,7 @@ from ambient_operator.kube.resources import KINDS, kind_of
 NAME_CONFLICT = "NameConflict"
 # Co-owns a field we stop applying until its new writer (an autoscaler) takes it.
 HANDOVER_FIELD_MANAGER = f"{c.FIELD_MANAGER}-handover"
+CLAIM_ATTEMPTS = 5
 
 
 class NameConflictError(Exception):
@@ -69,18 +72,75 @@ def _read(kube: Kube, obj: Mapping[str, Any]) -> dict[str, Any] | None:
     return kube.get(kind_of(dict(obj)), meta["name"], meta.get("namespace"))
 
 
-def _claim_for_apply(kube: Kube, created: Mapping[str, Any]) -> dict[str, Any]:
-    """Turn the fields our POST set into fields our server-side apply owns."""
-    meta = created["metadata"]
-    entries = []
-    for held in meta.get("managedFields") or []:
-        entry = dict(held)
-        if entry.get("manager") == c.FIELD_MANAGER and entry.get("operation") == "Update":
-            entry["operation"] = "Apply"
-            entry.pop("subresource", None)
-        entries.append(entry)
-    patch = {"metadata": {"managedFields": entries, "resourceVersion": meta["resourceVersion"]}}
-    return kube.merge_patch(kind_of(dict(created)), meta["name"], meta.get("namespace"), patch)
+def _union(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """Two fieldsV1 sets as one: every field either holds."""
+    out = dict(a)
+    for key, value in b.items():
+        mine = out.get(key)
+        out[key] = _union(mine, value) if isinstance(mine, Mapping) else value
+    return out
+
+
+def _as_applied(entries: list[Any]) -> list[Any] | None:
+    """The managedFields with our POST's entry made part of our apply entry; None if none is.
+
+    Our create leaves an `Update` entry; kept, its fields would outlive our
+    applies that stop setting them (a PodDisruptionBudget would keep its
+    minAvailable beside a new maxUnavailable, which the API server refuses).
+    One manager has one apply entry, so an apply entry already there takes
+    the fields in.
+    """
+
+    def ours(entry: Any, operation: str) -> bool:
+        return (
+            isinstance(entry, Mapping)
+            and entry.get("manager") == c.FIELD_MANAGER
+            and entry.get("operation") == operation
+            and not entry.get("subresource")
+        )
+
+    posted = [e for e in entries if ours(e, "Update")]
+    if not posted:
+        return None
+    applied = next((e for e in entries if ours(e, "Apply")), None)
+    merged = dict(applied if applied is not None else posted[0])
+    merged["operation"] = "Apply"
+    fields: dict[str, Any] = {}
+    for entry in [*posted, *([applied] if applied is not None else [])]:
+        fields = _union(fields, entry.get("fieldsV1") or {})
+    merged["fieldsV1"] = fields
+    rest = [e for e in entries if not (ours(e, "Update") or ours(e, "Apply"))]
+    return [*rest, merged]
+
+
+def _claim_for_apply(kube: Kube, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """Turn the fields our POST set into fields our server-side apply owns.
+
+    Anyone may write between our POST and this patch (a controller's first
+    status, the garbage collector): a conflict is read again and retried, so
+    the claim is not lost. A write that failed here earlier is made good on
+    the object's next update, which passes through here too.
+    """
+    uid = obj["metadata"].get("uid")
+    current: Mapping[str, Any] | None = obj
+    for _ in range(CLAIM_ATTEMPTS):
+        if current is None or current["metadata"].get("uid") != uid:
+            # Only the object whose ownership was checked is claimed.
+            raise KubeError(409, "Conflict", f"{describe(obj)} was replaced while we wrote it")
+        meta = current["metadata"]
+        entries = _as_applied(list(meta.get("managedFields") or []))
+        if entries is None:
+            return dict(current)
+        patch = {"metadata": {"managedFields": entries, "resourceVersion": meta["resourceVersion"]}}
+        try:
+            return kube.merge_patch(
+                kind_of(dict(current)), meta["name"], meta.get("namespace"), patch
+            )
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+        current = _read(kube, current)
+    raise KubeError(409, "Conflict", f"{describe(obj)} kept changing while we claimed its fields")
 
 
 def write(
@@ -111,6 +171,8 @@ def write(
             raise NameConflictError(why)
         if live is None:
             raise KubeError(409, "Conflict", f"{describe(obj)} changed while we wrote it")
+    if _as_applied(list(live["metadata"].get("managedFields") or [])) is not None:
+        live = _claim_for_apply(kube, live)
     for attempt in range(2):
         body = copy.deepcopy(dict(obj))
         body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
