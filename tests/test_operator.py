@@ -484,6 +484,22 @@ def test_drift_is_put_back(k8s: client.ApiClient, operator: RunningOperator) -> 
 PASSES_DONE = "ambient_operator_reconcile_duration_seconds_count"
 
 
+def _going_away(k8s: client.ApiClient) -> list[str]:
+    """Namespaces and pods that are being deleted, by name."""
+    core = client.CoreV1Api(k8s)
+    names = [
+        f"namespace {ns.metadata.name}"
+        for ns in core.list_namespace().items
+        if ns.metadata.deletion_timestamp
+    ]
+    names += [
+        f"pod {pod.metadata.namespace}/{pod.metadata.name}"
+        for pod in core.list_pod_for_all_namespaces().items
+        if pod.metadata.deletion_timestamp
+    ]
+    return names
+
+
 def _restart_after_convergence(
     k8s: client.ApiClient, operator: RunningOperator, audit: AuditLog
 ) -> int:
@@ -494,6 +510,16 @@ def _restart_after_convergence(
     and a waypoint pass.
     """
     _wait_converged(k8s, 90, "converged")
+    # The cluster is shared with the earlier test modules, whose namespaces
+    # may still be going away: their pods leaving would change the
+    # enrollment counts, and a status write for that is no restart's doing.
+    wait_for(lambda: not _going_away(k8s), 180, "no namespace or pod being deleted")
+    settled = operator.metric(PASSES_DONE, controller="dataplane")
+    wait_for(
+        lambda: operator.metric(PASSES_DONE, controller="dataplane") >= settled + 2,
+        60,
+        "two data-plane passes on the settled cluster",
+    )
     operator.stop()
     mark = audit.mark()
     operator.start()
