@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
@@ -10,7 +11,7 @@ from kubernetes import client
 from ambient_devcluster import LocalCluster
 from ambient_operator.kube.client import Kube, load_api_client
 from ambient_operator.kube.resources import KINDS
-from ambient_operator.kube.sweep import Key, Target, ghosts, sweep
+from ambient_operator.kube.sweep import Key, Sweeps, Target, ghosts, sweep
 from conftest import unique_name
 
 CONFIG_MAP = KINDS[("v1", "ConfigMap")]
@@ -80,3 +81,50 @@ def test_a_sweep_forgets_only_what_the_api_server_no_longer_has(
         assert asyncio.run(sweep(kube, [target])) == 0
     finally:
         core.delete_namespace(namespace)
+
+
+def test_a_relisted_kind_is_swept_soon_and_only_it(
+    k8s: client.ApiClient, cluster: LocalCluster
+) -> None:
+    """kopf reports no deletion when it lists again (after a 410): that kind is swept then."""
+    kube = Kube(load_api_client(str(cluster.kubeconfig)))
+    core = client.CoreV1Api(k8s)
+    namespace = unique_name("relist")
+    core.create_namespace({"metadata": {"name": namespace}})
+    try:
+        gone = core.create_namespaced_config_map(namespace, {"metadata": {"name": "gone"}})
+        core.delete_namespaced_config_map("gone", namespace)
+        ghost = {
+            (namespace, "gone"): {"metadata": {"resourceVersion": gone.metadata.resource_version}}
+        }
+        caches = {"relisted": dict(ghost), "quiet": dict(ghost)}
+        forgotten: list[tuple[str, Key]] = []
+
+        def target(row: str) -> Target:
+            return Target(
+                CONFIG_MAP,
+                lambda: dict(caches[row]),
+                lambda key: (forgotten.append((row, key)), caches[row].pop(key)),
+                field_selector=f"metadata.namespace={namespace}",
+            )
+
+        async def scenario() -> None:
+            # Neither the first sweep nor the period comes within the test.
+            sweeps = Sweeps(kube, lambda: {r: target(r) for r in caches}, 3600, 3600, 0.05)
+            running = asyncio.create_task(sweeps.run())
+            sweeps.relisted("relisted")
+            try:
+                await asyncio.wait_for(_until(lambda: bool(forgotten)), 30)
+            finally:
+                running.cancel()
+
+        asyncio.run(scenario())
+        assert forgotten == [("relisted", (namespace, "gone"))]
+        assert caches["quiet"] == ghost
+    finally:
+        core.delete_namespace(namespace)
+
+
+async def _until(done: Callable[[], bool]) -> None:
+    while not done():
+        await asyncio.sleep(0.05)

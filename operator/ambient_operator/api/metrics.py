@@ -46,6 +46,17 @@ NODES = Gauge(
     "Nodes by OS, Windows build and whether the data plane supports them.",
     ["os", "build", "supported"],
 )
+CACHE_SWEEPS = Counter(
+    "ambient_operator_cache_sweeps_total",
+    "Lists of a cached kind to find what was deleted unseen, by kind and cause "
+    "(period, or relist: its watch listed it again, after a 410 or a broken stream).",
+    ["kind", "cause"],
+)
+CACHE_GHOSTS = Counter(
+    "ambient_operator_cache_ghosts_total",
+    "Cached objects forgotten by a sweep: deleted while no watch reported it, by kind.",
+    ["kind"],
+)
 EVENTS_POSTED = Counter(
     "ambient_operator_events_total",
     "Kubernetes Events posted, by type and reason.",

@@ -38,7 +38,7 @@ from ambient_operator.controllers.namespaces import NamespaceChecker
 from ambient_operator.controllers.waypoints import placement_of
 from ambient_operator.kube.client import Kube, load_api_client
 from ambient_operator.kube.informer import Informer
-from ambient_operator.kube.sweep import run_sweeps
+from ambient_operator.kube.sweep import Sweeps
 from ambient_operator.runtime.leader import LeaderElector
 from ambient_operator.runtime.loop import ReconcileLoop, Timing
 from ambient_operator.status.events import EventRecorder
@@ -116,7 +116,13 @@ class Operator:
             *self.waypoints.watches(),
             *self.webhook.watches(),
         ]
-        register_watches(self.registry, self.watches)
+        self.sweeps = Sweeps(
+            self.kube,
+            lambda: sweep_targets(self.watches),
+            FIRST_SWEEP_SECONDS,
+            options.resync_seconds,
+        )
+        register_watches(self.registry, self.watches, self.sweeps.relisted)
         self.loop = ReconcileLoop(
             "reconcile",
             self.state,
@@ -191,12 +197,7 @@ class Operator:
             )
             memo["loop"] = asyncio.create_task(self.loop.run(), name="reconcile-loop")
             memo["sweep"] = asyncio.create_task(
-                run_sweeps(
-                    self.kube,
-                    lambda: sweep_targets(self.watches),
-                    FIRST_SWEEP_SECONDS,
-                    self.options.resync_seconds,
-                ),
+                self.sweeps.run(),
                 name="cache-sweep",
             )
             if self.elector is not None:

@@ -11,7 +11,7 @@ threads, where sync handlers run).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import kopf
@@ -21,14 +21,24 @@ from ambient_operator.kube.client import Kube
 from ambient_operator.kube.sweep import Target
 
 
-def register(reg: kopf.OperatorRegistry, table: Sequence[Watched]) -> None:
-    """One kopf event handler per watched row of `table`."""
+def register(
+    reg: kopf.OperatorRegistry,
+    table: Sequence[Watched],
+    relisted: Callable[[str], None] | None = None,
+) -> None:
+    """One kopf event handler per watched row of `table`.
+
+    `relisted` is told a row's id when kopf lists its kind again (events of
+    no type), which is when a deletion may have gone unreported.
+    """
     for row in table:
         if row.watched:
-            _register_row(reg, row)
+            _register_row(reg, row, relisted)
 
 
-def _register_row(reg: kopf.OperatorRegistry, row: Watched) -> None:
+def _register_row(
+    reg: kopf.OperatorRegistry, row: Watched, relisted: Callable[[str], None] | None
+) -> None:
     kind = row.kind
     labels = (
         {k: kopf.PRESENT if v is None else v for k, v in row.labels.items()} if row.labels else None
@@ -49,6 +59,8 @@ def _register_row(reg: kopf.OperatorRegistry, row: Watched) -> None:
     )
     async def handler(type: str | None, body: kopf.Body, **_: Any) -> None:
         row.record(type, body)
+        if type is None and relisted is not None:
+            relisted(row.id)
 
 
 async def prime(kube: Kube, table: Sequence[Watched]) -> None:
@@ -62,6 +74,6 @@ async def prime(kube: Kube, table: Sequence[Watched]) -> None:
             row.record("ADDED", obj)
 
 
-def sweep_targets(table: Sequence[Watched]) -> list[Target]:
-    """Every swept row as a target of kube/sweep.py."""
-    return [target for row in table if (target := row.target()) is not None]
+def sweep_targets(table: Sequence[Watched]) -> dict[str, Target]:
+    """Every swept row as a target of kube/sweep.py, by the row's id."""
+    return {row.id: target for row in table if (target := row.target()) is not None}

@@ -12,8 +12,9 @@ A sweep lists each kind and forgets what the cache holds, the list does not,
 and the cache last saw at or before the list's resourceVersion: such an
 object was deleted before the list was taken. Anything cached from an event
 newer than the list is kept. The first sweep runs seconds after start-up,
-once kopf's own lists are taken; then one per resync period, so a ghost
-lives at most that long. Sweeps only read.
+once kopf's own lists are taken; then one per resync period, and one of a
+kind soon after kopf listed it again, so a ghost lives seconds after a relist
+and never longer than the period. Sweeps only read.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ambient_operator.api import metrics
 from ambient_operator.kube.client import Kube, KubeError
 from ambient_operator.kube.resources import Kind, resource_version
 
@@ -72,10 +74,11 @@ def list_keys(kube: Kube, target: Target) -> tuple[set[Key], int]:
     return keys, version
 
 
-async def sweep(kube: Kube, targets: Iterable[Target]) -> int:
+async def sweep(kube: Kube, targets: Iterable[Target], cause: str = "period") -> int:
     """List every target and forget its ghosts; the number forgotten."""
     forgotten = 0
     for target in targets:
+        metrics.CACHE_SWEEPS.labels(kind=target.kind.kind, cause=cause).inc()
         try:
             listed, version = await asyncio.to_thread(list_keys, kube, target)
         except KubeError as exc:
@@ -89,25 +92,71 @@ async def sweep(kube: Kube, targets: Iterable[Target]) -> int:
                 "/".join(part for part in key if part),
             )
             target.forget(key)
+            metrics.CACHE_GHOSTS.labels(kind=target.kind.kind).inc()
             forgotten += 1
     return forgotten
 
 
-async def run_sweeps(
-    kube: Kube,
-    targets: Callable[[], Iterable[Target]],
-    first_seconds: float,
-    every_seconds: float,
-) -> None:
-    """Sweep `first_seconds` after start, then every `every_seconds`, until cancelled."""
-    delay = first_seconds
-    while True:
-        await asyncio.sleep(delay)
-        delay = every_seconds
+class Sweeps:
+    """Sweeps every target once per period, and a target soon after its watch listed again.
+
+    kopf reports a list it takes again (a watch that expired with 410, or a
+    stream that broke) as events of no type, and never what vanished in the
+    gap; :meth:`relisted` is told so, and the kind is swept `settle` seconds
+    later, when the burst of that list has been recorded. A ghost then lives
+    seconds after a relist instead of up to the resync period.
+    """
+
+    def __init__(
+        self,
+        kube: Kube,
+        targets: Callable[[], Mapping[str, Target]],
+        first_seconds: float,
+        every_seconds: float,
+        settle_seconds: float = 1.0,
+    ) -> None:
+        self.kube = kube
+        self.targets = targets
+        self.first_seconds = first_seconds
+        self.every_seconds = every_seconds
+        self.settle_seconds = settle_seconds
+        self.relisted_ids: set[str] = set()
+        self._wake = asyncio.Event()
+
+    def relisted(self, target_id: str) -> None:
+        """A watch listed its kind again; call on the event loop."""
+        self.relisted_ids.add(target_id)
+        self._wake.set()
+
+    async def _due(self, deadline: float) -> set[str] | None:
+        """The ids to sweep next, or None for all of them (the period ended)."""
+        loop = asyncio.get_running_loop()
         try:
-            await sweep(kube, targets())
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            # A sweep is a safety net: its failure must not end the operator.
-            log.exception("sweep failed; trying again at the next one")
+            await asyncio.wait_for(self._wake.wait(), max(0.0, deadline - loop.time()))
+        except TimeoutError:
+            return None
+        await asyncio.sleep(self.settle_seconds)
+        self._wake.clear()
+        due, self.relisted_ids = self.relisted_ids, set()
+        return due
+
+    async def run(self) -> None:
+        """Sweep until cancelled: after `first_seconds`, every `every_seconds`, and on relists."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.first_seconds
+        while True:
+            due = await self._due(deadline)
+            if due is None:
+                deadline = loop.time() + self.every_seconds
+            targets = self.targets()
+            try:
+                await sweep(
+                    self.kube,
+                    [t for i, t in targets.items() if due is None or i in due],
+                    "period" if due is None else "relist",
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # A sweep is a safety net: its failure must not end the operator.
+                log.exception("sweep failed; trying again at the next one")
