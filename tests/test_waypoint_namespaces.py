@@ -26,9 +26,26 @@ def _gateway(namespace: str) -> dict[str, object]:
     return {
         "apiVersion": c.GATEWAY_API_VERSION,
         "kind": "Gateway",
-        "metadata": {"name": "waypoint", "namespace": namespace, "resourceVersion": "1"},
-        "spec": {"gatewayClassName": "ambient-waypoint", "listeners": []},
+        "metadata": {
+            "name": "waypoint",
+            "namespace": namespace,
+            "uid": "uid-of-the-gateway",
+            "resourceVersion": "1",
+        },
+        "spec": {
+            "gatewayClassName": "ambient-waypoint",
+            "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}],
+        },
     }
+
+
+# The class as the operator keeps it: Gateways of it are rendered and written.
+GATEWAY_CLASS = {
+    "apiVersion": c.GATEWAY_API_VERSION,
+    "kind": "GatewayClass",
+    "metadata": {"name": "ambient-waypoint", "resourceVersion": "1"},
+    "spec": {"controllerName": "ambientoperator.io/waypoint-controller"},
+}
 
 
 @pytest.fixture
@@ -49,11 +66,24 @@ def _reconcile(cluster: LocalCluster, state: ClusterState, namespace: str) -> tu
     kube = Kube(load_api_client(str(cluster.kubeconfig)))
     ctl = WaypointController(state, kube, None)  # type: ignore[arg-type]  # no Event expected
     gateway = _gateway(namespace)
+    ctl.on_gateway_class("ADDED", GATEWAY_CLASS)
     ctl.on_gateway("ADDED", gateway)
     spec = AmbientMeshSpec.model_validate({})
     ok = asyncio.run(ctl._reconcile_gateway(spec, (namespace, "waypoint")))
     account = wr.names_of(gateway).service_account
     return ok, kube.get(KINDS[("v1", "ServiceAccount")], account, namespace) is not None
+
+
+def test_a_namespace_not_yet_cached_that_exists_gets_its_waypoint(
+    cluster: LocalCluster, k8s: client.ApiClient
+) -> None:
+    """The control for the cases below: the same Gateway where the namespace is fine."""
+    name = unique_name("wp-new")
+    client.CoreV1Api(k8s).create_namespace({"metadata": {"name": name}})
+    try:
+        assert _reconcile(cluster, ClusterState(), name) == (True, True)
+    finally:
+        client.CoreV1Api(k8s).delete_namespace(name)
 
 
 def test_gone_namespace_needs_no_retry(cluster: LocalCluster) -> None:

@@ -113,7 +113,7 @@ def _as_applied(entries: list[Any]) -> list[Any] | None:
     return [*rest, merged]
 
 
-def _claim_for_apply(kube: Kube, obj: Mapping[str, Any]) -> dict[str, Any]:
+def claim_for_apply(kube: Kube, obj: Mapping[str, Any]) -> dict[str, Any]:
     """Turn the fields our POST set into fields our server-side apply owns.
 
     Anyone may write between our POST and this patch (a controller's first
@@ -148,11 +148,16 @@ def write(
     obj: Mapping[str, Any],
     live: Mapping[str, Any] | None,
     owner: Owner | None,
+    *,
+    claim: bool = True,
 ) -> dict[str, Any]:
     """Create or update `obj` (prepared by apply.prepare); `live` is what the cache holds.
 
     Raises NameConflictError when the object exists and is not ours, KubeError
     when the API server refuses or the object's pods are not pinned to one OS.
+    With `claim` False, a creation returns before its fields are claimed for
+    apply, for a caller that claims (:func:`claim_for_apply`) once its other
+    creations went out; an update makes good a claim that never came.
     """
     _refuse_unplaced(obj)
     why = conflict(live, owner)
@@ -160,7 +165,8 @@ def write(
         raise NameConflictError(why)
     if live is None:
         try:
-            return _claim_for_apply(kube, kube.create(obj))
+            created = kube.create(obj)
+            return claim_for_apply(kube, created) if claim else created
         except KubeError as exc:
             if exc.status != 409:
                 raise
@@ -172,7 +178,7 @@ def write(
         if live is None:
             raise KubeError(409, "Conflict", f"{describe(obj)} changed while we wrote it")
     if _as_applied(list(live["metadata"].get("managedFields") or [])) is not None:
-        live = _claim_for_apply(kube, live)
+        live = claim_for_apply(kube, live)
     for attempt in range(2):
         body = copy.deepcopy(dict(obj))
         body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]

@@ -50,6 +50,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from ambient_operator.app.kopf_glue import configure_logging
     from ambient_operator.app.operator import Operator
     from ambient_operator.app.options import Options
+    from ambient_operator.runtime import memory
     from ambient_operator.webhook.config import WebhookOptions
 
     try:
@@ -84,6 +85,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         agents_namespaces=agents_namespaces,
         cni_rbac=args.cni_rbac,
     )
+    memory.install()
     Operator(options).run()
     return 0
 

@@ -12,7 +12,7 @@ from ambient_operator.api import metrics
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.apply.ownership import applies_field, conflict
 from ambient_operator.apply.plan import Owner, plan, prepare
-from ambient_operator.apply.writer import NameConflictError, hand_over, write
+from ambient_operator.apply.writer import NameConflictError, claim_for_apply, hand_over, write
 from ambient_operator.controllers.waypoints.classes import WaypointClasses
 from ambient_operator.controllers.waypoints.common import (
     NAMESPACE,
@@ -66,22 +66,46 @@ class WaypointGateways(WaypointClasses):
         # (say, restoring the ServiceAccount the namespace controller just
         # deleted) is refused, again on every retry. A Gateway can outlive its
         # namespace when that controller fails (seen in the suite: 404 on every
-        # write for minutes), so one the cache does not know is looked up.
-        if namespace is None:
-            live = await self._call(self.kube.get, NAMESPACE, key[0])
-            if live is None:
-                return True  # gone; its Gateways go with it, nothing to retry
-            # There, but its event is still behind the Gateway's.
-            if live["metadata"].get("deletionTimestamp"):
-                return True
-        elif namespace.get("terminating"):
+        # write for minutes), so one the cache does not know is looked up; a
+        # namespace made a moment before its Gateway is one too (its event is
+        # still behind the Gateway's), so the lookup goes alongside the reads
+        # below, not before them.
+        if namespace is not None and namespace.get("terminating"):
             return True
+        lookup = (
+            asyncio.ensure_future(self._call(self.kube.get, NAMESPACE, key[0]))
+            if namespace is None
+            else None
+        )
+        try:
+            return await self._reconcile_in(spec, key, gateway, lookup)
+        finally:
+            if lookup is not None and not lookup.done():
+                lookup.cancel()
+
+    @staticmethod
+    async def _namespace_usable(lookup: asyncio.Future[dict[str, Any] | None] | None) -> bool:
+        """Whether the looked-up namespace exists and is not being deleted."""
+        if lookup is None:
+            return True
+        live = await lookup
+        return live is not None and not live["metadata"].get("deletionTimestamp")
+
+    async def _reconcile_in(
+        self,
+        spec: AmbientMeshSpec,
+        key: GatewayKey,
+        gateway: dict[str, Any],
+        lookup: asyncio.Future[dict[str, Any] | None] | None,
+    ) -> bool:
         owner = Owner.of(gateway)
         # What this Gateway controls: an object that merely carries our labels
         # is neither updated, pruned nor read for status.
         owned = self._owned(key, owner)
         gateway_class = self.classes.get(str((gateway.get("spec") or {}).get("gatewayClassName")))
         if not wr.class_is_ours(gateway_class, spec.waypoints.controller_name):
+            if not await self._namespace_usable(lookup):
+                return True
             ok = True
             for obj in owned.values():
                 ok = await self._prune(obj, owner, key[0]) and ok
@@ -96,10 +120,17 @@ class WaypointGateways(WaypointClasses):
         )
         errors: list[str] = []
         conflicts: list[str] = []
+        if result.accepted.status != "True" and not await self._namespace_usable(lookup):
+            return True
         if result.accepted.status == "True":
             prepared = [prepare(obj, owner, wr.CONTROLLER) for obj in result.objects]
             todo = plan(prepared, owned)
-            current = await self._current(todo.apply, owned, owner, conflicts, errors)
+            current, usable = await asyncio.gather(
+                self._current(todo.apply, owned, owner, conflicts, errors),
+                self._namespace_usable(lookup),
+            )
+            if not usable:
+                return True  # gone or going; its Gateways go with it, nothing to retry
             # All or nothing: a waypoint short of one object serves nobody, and
             # the others would sit under names somebody else may want back.
             if not (conflicts or errors):
@@ -139,7 +170,8 @@ class WaypointGateways(WaypointClasses):
         this Gateway's own is asked for; whatever is not ours is a conflict.
         """
         current: dict[ObjectKey, dict[str, Any] | None] = {}
-        for obj in objects:
+
+        async def one(obj: Mapping[str, Any]) -> None:
             okey = key_of(obj)
             live = owned.get(okey)
             if live is None:
@@ -150,11 +182,14 @@ class WaypointGateways(WaypointClasses):
                     )
                 except KubeError as exc:
                     errors.append(f"{obj['kind']} {meta['name']}: {exc.message}")
-                    continue
+                    return
             why = conflict(live, owner)
             if why is not None:
                 conflicts.append(why)
             current[okey] = live
+
+        # Asked together: one round trip before a new waypoint's first write, not three.
+        await asyncio.gather(*(one(obj) for obj in objects))
         return current
 
     async def _release_replicas(
@@ -189,9 +224,12 @@ class WaypointGateways(WaypointClasses):
         conflicts: list[str],
         errors: list[str],
     ) -> None:
+        created: list[dict[str, Any]] = []
+
         async def one(obj: dict[str, Any]) -> None:
+            was = current.get(key_of(obj))
             try:
-                live = await self._call(write, self.kube, obj, current.get(key_of(obj)), owner)
+                live = await self._call(write, self.kube, obj, was, owner, claim=False)
             except NameConflictError as exc:
                 conflicts.append(exc.message)  # taken meanwhile; nothing was written
                 return
@@ -199,14 +237,26 @@ class WaypointGateways(WaypointClasses):
                 log.warning("%s %s/%s: %s", obj["kind"], *key_of(obj)[2:], exc)
                 errors.append(wr.refusal(obj, exc.status, exc.message))
                 return
+            if was is None:
+                created.append(live)
             self.on_owned("MODIFIED", live)
             metrics.OBJECTS_APPLIED.labels(kind=obj["kind"]).inc()
+
+        async def claim(obj: dict[str, Any]) -> None:
+            try:
+                self.on_owned("MODIFIED", await self._call(claim_for_apply, self.kube, obj))
+            except KubeError as exc:
+                # Made good by the object's next update (apply/writer.py).
+                log.warning("%s %s/%s: %s", obj["kind"], *key_of(obj)[2:], exc)
 
         # The ServiceAccount first: a pod naming a missing one is refused,
         # and the ReplicaSet controller backs off. The rest go together.
         for obj in (o for o in objects if o["kind"] == "ServiceAccount"):
             await one(obj)
         await asyncio.gather(*(one(o) for o in objects if o["kind"] != "ServiceAccount"))
+        # A creation's fields are claimed for apply after every creation went
+        # out: the claims are off the path to a running waypoint.
+        await asyncio.gather(*(claim(obj) for obj in created))
 
     def _live(self, key: GatewayKey, kind: str, name: str, owner: Owner) -> dict[str, Any] | None:
         api = "apps/v1" if kind == "Deployment" else "v1"

@@ -1,0 +1,84 @@
+"""Where the operator's memory goes, when asked: tracemalloc's largest holders.
+
+Tracing costs memory and time, so it is off unless Python is started with
+`PYTHONTRACEMALLOC` (for example `=25`, the frames kept per allocation).
+While it traces, SIGUSR2 appends one JSON line to the file named by
+`AMBIENT_OPERATOR_MEMORY_REPORT` (the log when unset): the traced size now
+and at its peak, and the largest holders two ways. `files` charges each
+allocation to the file that made it (json's decoder, say); `callers`
+charges it to the innermost frame of the operator or of kopf above it,
+which tells whose data it is. bench/scale.py asks for one at convergence.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+import tracemalloc
+from collections import Counter
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any
+
+log = logging.getLogger(__name__)
+REPORT_ENV = "AMBIENT_OPERATOR_MEMORY_REPORT"
+TOP = 25
+# Frames of these packages name who holds memory allocated below them.
+OWNERS = ("/ambient_operator/", "/kopf/")
+
+
+def _owner(frames: Sequence[tracemalloc.Frame]) -> str:
+    # tracemalloc keeps the most recent call first.
+    for frame in frames:
+        if any(part in frame.filename for part in OWNERS):
+            return f"{_short(frame.filename)}:{frame.lineno}"
+    return "(outside the operator and kopf)"
+
+
+def _short(filename: str) -> str:
+    for marker in ("site-packages/", "/operator/", "/lib/python"):
+        if marker in filename:
+            return filename.rsplit(marker, 1)[1]
+    return filename
+
+
+def report(top: int = TOP) -> dict[str, Any]:
+    """The traced memory now and at its peak, with its largest holders; {} when not tracing."""
+    if not tracemalloc.is_tracing():
+        return {}
+    current, peak = tracemalloc.get_traced_memory()
+    snapshot = tracemalloc.take_snapshot().filter_traces(
+        [tracemalloc.Filter(False, tracemalloc.__file__)]
+    )
+    files: Counter[str] = Counter()
+    callers: Counter[str] = Counter()
+    for trace in snapshot.traces:
+        frames = list(trace.traceback)
+        files[_short(frames[0].filename) if frames else "?"] += trace.size
+        callers[_owner(frames)] += trace.size
+    return {
+        "time": time.time(),
+        "traced_bytes": current,
+        "traced_peak_bytes": peak,
+        "files": files.most_common(top),
+        "callers": callers.most_common(top),
+    }
+
+
+def _on_signal(_signum: int, _frame: FrameType | None) -> None:
+    line = json.dumps(report())
+    path = os.environ.get(REPORT_ENV)
+    if not path:
+        log.warning("memory report: %s", line)
+        return
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(line + "\n")
+
+
+def install() -> None:
+    """Answer SIGUSR2 with a report, if Python traces allocations; otherwise do nothing."""
+    if tracemalloc.is_tracing():
+        signal.signal(signal.SIGUSR2, _on_signal)
