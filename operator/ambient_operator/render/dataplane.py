@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -239,8 +240,11 @@ def _wanted_images(spec: AmbientMeshSpec, plat: _Platform) -> dict[Component, st
     return {comp: v.linux_image(spec, comp) for comp in (v.ISTIO_CNI, v.ZTUNNEL)}
 
 
+@functools.cache
 def _enablement_selector() -> str:
     # The text upstream's chart renders (Helm's toYaml: sorted keys, block style).
+    # Kept: PyYAML's emitter is pure Python, and this was a seventh of a node
+    # pass's CPU (bench/profile_passes.py) for a constant.
     text: str = yaml.safe_dump(ENABLEMENT_SELECTORS, sort_keys=True, default_flow_style=False)
     return text.rstrip("\n")
 

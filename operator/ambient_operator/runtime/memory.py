@@ -31,8 +31,8 @@ OWNERS = ("/ambient_operator/", "/kopf/")
 
 
 def _owner(frames: Sequence[tracemalloc.Frame]) -> str:
-    # tracemalloc keeps the most recent call first.
-    for frame in frames:
+    # A traceback runs from the oldest frame kept to the most recent one.
+    for frame in reversed(frames):
         if any(part in frame.filename for part in OWNERS):
             return f"{_short(frame.filename)}:{frame.lineno}"
     return "(outside the operator and kopf)"
@@ -50,14 +50,13 @@ def report(top: int = TOP) -> dict[str, Any]:
     if not tracemalloc.is_tracing():
         return {}
     current, peak = tracemalloc.get_traced_memory()
-    snapshot = tracemalloc.take_snapshot().filter_traces(
-        [tracemalloc.Filter(False, tracemalloc.__file__)]
-    )
+    # Unfiltered: a filter matches every frame of millions of traces by pattern.
+    snapshot = tracemalloc.take_snapshot()
     files: Counter[str] = Counter()
     callers: Counter[str] = Counter()
     for trace in snapshot.traces:
         frames = list(trace.traceback)
-        files[_short(frames[0].filename) if frames else "?"] += trace.size
+        files[_short(frames[-1].filename) if frames else "?"] += trace.size
         callers[_owner(frames)] += trace.size
     return {
         "time": time.time(),
