@@ -203,7 +203,13 @@ def proc_status_kib(pid: int, field: str) -> int:
 class BenchOperator(OperatorProcess):
     """The operator at log level warning, with its peak memory and a wait for quiet."""
 
-    def __init__(self, cluster: LocalCluster, log_path: Path, extra_args: Iterable[str] = ()):
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        log_path: Path,
+        extra_args: Iterable[str] = (),
+        env: Mapping[str, str] | None = None,
+    ):
         super().__init__(
             cluster,
             log_path.parent,
@@ -211,6 +217,7 @@ class BenchOperator(OperatorProcess):
             log_name=log_path.name,
             health_port=0,
             log_level="warning",
+            env=env,
         )
         self.peak_rss_kib = 0
 

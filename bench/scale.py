@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import json
 import random
+import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -46,6 +47,7 @@ from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.cluster.facts import ClusterFacts
 from ambient_operator.render import render_dataplane
+from ambient_operator.runtime.memory import REPORT_ENV
 from benchlib import (
     AGENTS_NS,
     BenchOperator,
@@ -268,13 +270,22 @@ def measure(
     scale: Scale,
     progress: Callable[[str], None] = print,
     timeout: float = 900.0,
+    tracemalloc: bool = False,
 ) -> dict[str, Any]:
-    """Populate, start the operator, time its convergence, then count a no-op restart."""
+    """Populate, start the operator, time its convergence, then count a no-op restart.
+
+    With `tracemalloc`, the operator traces its allocations (slower, and
+    larger: its timings and memory figures are then not comparable) and
+    reports its largest holders (runtime/memory.py) at convergence and after
+    the no-op restart, under `memory_reports`.
+    """
     api = _client(cluster.kubeconfig)
     audit = AuditLog(cluster.audit_log)
     install_basics(api)
     expected = populate(api, scale, progress)
-    op = BenchOperator(cluster, workdir / "operator-scale.log")
+    reports = workdir / "memory-reports.jsonl"
+    env = {"PYTHONTRACEMALLOC": "10", REPORT_ENV: str(reports)} if tracemalloc else None
+    op = BenchOperator(cluster, workdir / "operator-scale.log", env=env)
     result: dict[str, Any] = {
         "scale": scale.__dict__,
         "populate_s": expected["populate_s"],
@@ -291,6 +302,8 @@ def measure(
         result["cpu_s"] = _cpu_seconds(op.proc.pid)
         result["rss_converged_kib"] = op.rss_kib()
         result["milestones"] = watch_progress.seen
+        if tracemalloc:
+            result.setdefault("memory_reports", []).append(_memory_report(op, reports))
         progress(f"scale: converged in {watch_progress.seen['converged']:.1f}s")
         events = audit.events(mark, converged_mark)
         result["requests"] = by_verb(events)
@@ -319,11 +332,29 @@ def measure(
         assert op.proc is not None
         result["rss_restart_peak_kib"] = proc_status_kib(op.proc.pid, "VmHWM")
         result["rss_steady_kib"] = op.rss_now_kib()
+        if tracemalloc:
+            result.setdefault("memory_reports", []).append(_memory_report(op, reports))
         result["operator_survived"] = op.alive()
     finally:
         op.stop()
         api.close()
     return result
+
+
+def _memory_report(op: BenchOperator, path: Path) -> dict[str, Any]:
+    """Ask the operator for a memory report (SIGUSR2) and return it, with its RSS then."""
+    done = len(path.read_text().splitlines()) if path.exists() else 0
+    assert op.proc is not None
+    op.proc.send_signal(signal.SIGUSR2)
+    line: str = wait_for(
+        lambda: (path.read_text().splitlines()[done:] or [None])[0] if path.exists() else None,
+        600,  # a snapshot of every traced allocation takes minutes at this scale
+        "the operator's memory report",
+    )
+    answer: dict[str, Any] = json.loads(line)
+    answer["rss_kib"] = op.rss_now_kib()
+    answer["rss_peak_kib"] = proc_status_kib(op.proc.pid, "VmHWM")
+    return answer
 
 
 def _by_resource(events: Iterable[dict[str, Any]]) -> dict[str, int]:
@@ -343,13 +374,18 @@ def main() -> int:
     parser.add_argument("--namespaces", type=int, default=defaults.namespaces)
     parser.add_argument("--waypoints", type=int, default=defaults.waypoints)
     parser.add_argument("--pods", type=int, default=defaults.pods)
+    parser.add_argument(
+        "--tracemalloc",
+        action="store_true",
+        help="trace the operator's allocations and report its largest holders",
+    )
     args = parser.parse_args()
     scale = Scale(args.nodes, args.namespaces, args.waypoints, args.pods)
     with (
         tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp,
         LocalCluster(Path(tmp) / "cluster", bin_dir=default_bin_dir(), verbose=False) as cluster,
     ):
-        result = measure(cluster, Path(tmp), scale)
+        result = measure(cluster, Path(tmp), scale, tracemalloc=args.tracemalloc)
     print(json.dumps(result, indent=1))
     return 0
 

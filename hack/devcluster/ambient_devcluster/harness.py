@@ -144,8 +144,12 @@ class OperatorProcess:
         kubeconfig: Path | None = None,
         health_port: int | None = None,
         log_level: str | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
-        """`health_port` None is a free port of its own; `log_level` None is the default."""
+        """`health_port` None is a free port of its own; `log_level` None is the default.
+
+        `env` is added to this process's environment for every start.
+        """
         self.cluster = cluster
         self.workdir = workdir
         self.log_path = workdir / log_name
@@ -154,6 +158,7 @@ class OperatorProcess:
         self.metrics_port = free_port()
         self.health_port = free_port() if health_port is None else health_port
         self.log_level = log_level
+        self.env = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.started_at = 0.0
@@ -182,7 +187,7 @@ class OperatorProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=REPO_ROOT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
             )
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> None:

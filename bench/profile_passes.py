@@ -1,0 +1,172 @@
+"""Where a pass's time goes: py-spy samples of the operator during reaction trials.
+
+    .venv/bin/python bench/profile_passes.py [--trials 40] [--rate 250] [--raw FILE]
+
+Runs bench/reaction_latency.py's trials (a namespace label, a Gateway, a
+Node each, isolated, interleaved) on a private cluster while py-spy samples
+the operator process from outside (it adds no code to the process, and
+its sampling costs the operator little). Each sample is one thread's stack;
+a sample belongs to a job when its stack holds the job's entry point:
+
+- gateway: one waypoint's pass (`WaypointGateways._reconcile_gateway`),
+- node: the data plane's pass (`DataplaneController.reconcile`),
+- namespace: the namespace checks (`NamespaceChecker.check_all`),
+- admission: one webhook review (`Reviewer.review`), when pods are created;
+- requests: the API calls the passes hand to worker threads (whose stacks
+  do not hold the pass that asked), named by the function the thread runs.
+
+py-spy records busy samples only (a thread blocked on a socket is idle),
+so the figures are the operator's own work: per job, the milliseconds of
+samples per trial and the functions with the most samples below the
+entry point, inclusive (the function or anything it called) and self (the
+frame at the top). py-spy comes from PyPI (`pip install py-spy`); it
+needs to be allowed to read the process's memory (ptrace).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ambient_devcluster import LocalCluster, default_bin_dir
+from reaction_latency import ReactionBench, prepare
+
+# The entry point of each job, as py-spy names frames: "function (file:line)".
+JOBS = {
+    "gateway": "_reconcile_gateway",
+    "node": "DataplaneController.reconcile",
+    "namespace": "NamespaceChecker.check_all",
+    "admission": "Reviewer.review",
+}
+# The frame a worker thread runs its task from: the next frame names the task.
+WORKER = ("_worker (thread.py)", "_WorkItem.run (thread.py)")
+
+
+@dataclass
+class Profile:
+    """Samples of one job: inclusive and self counts by function."""
+
+    samples: int = 0
+    inclusive: Counter[str] = field(default_factory=Counter)
+    own: Counter[str] = field(default_factory=Counter)
+
+
+def _function(frame: str) -> str:
+    """`name (module.py)`: a frame without its line number, so one function is one entry."""
+    name, _, where = frame.partition(" (")
+    path = where.split(":", 1)[0]
+    return f"{name} ({path.rsplit('/', 1)[-1]})" if path else name
+
+
+def summarize(lines: Iterable[str]) -> dict[str, Profile]:
+    """py-spy's raw (collapsed) output: `frame;frame;... count`, outermost frame first."""
+    profiles: dict[str, Profile] = {}
+    for line in lines:
+        stack, _, count_text = line.rstrip("\n").rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        frames = stack.split(";")
+        job, start = _job(frames)
+        if job is None:
+            continue
+        below = frames[start:]
+        profile = profiles.setdefault(job, Profile())
+        profile.samples += count
+        for name in dict.fromkeys(_function(frame) for frame in below):
+            profile.inclusive[name] += count
+        profile.own[_function(below[-1])] += count
+    return profiles
+
+
+def _job(frames: list[str]) -> tuple[str | None, int]:
+    """The job a stack belongs to and the index of its entry frame."""
+    for job, entry in JOBS.items():
+        for i, frame in enumerate(frames):
+            if entry in frame.split(" (", 1)[0]:
+                return job, i
+    names = [_function(frame) for frame in frames]
+    for i in range(len(names) - 2):
+        if (names[i], names[i + 1]) == WORKER:
+            return "requests", i + 2
+    return None, 0
+
+
+def report(profiles: dict[str, Profile], trials: int, rate: int, top: int = 12) -> str:
+    """The summary as text."""
+    out = []
+    for job, profile in profiles.items():
+        if not profile.samples:
+            continue
+        per_trial = profile.samples / max(trials, 1) / rate * 1000
+        out.append(f"\n{job}: {profile.samples} samples, {per_trial:.1f} ms of work per trial")
+        out.append("  inclusive                                             self")
+        inclusive = profile.inclusive.most_common(top)
+        own = profile.own.most_common(top)
+        for i in range(max(len(inclusive), len(own))):
+            left = (
+                f"{inclusive[i][1] / profile.samples:5.0%} {inclusive[i][0]}"
+                if i < len(inclusive)
+                else ""
+            )
+            right = f"{own[i][1] / profile.samples:5.0%} {own[i][0]}" if i < len(own) else ""
+            out.append(f"  {left[:52]:52}  {right[:60]}")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Profile the operator during reaction trials and print the summary."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trials", type=int, default=40)
+    parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
+    parser.add_argument("--raw", help="also keep py-spy's collapsed stacks in this file")
+    args = parser.parse_args(argv)
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists():
+        print("py-spy not found: pip install py-spy", file=sys.stderr)
+        return 2
+    with (
+        tempfile.TemporaryDirectory(prefix="profile-bench-") as tmp,
+        LocalCluster(Path(tmp) / "cluster", bin_dir=default_bin_dir(), verbose=False) as cluster,
+        cluster.api_client() as api,
+    ):
+        op = prepare(cluster, api, Path(tmp))
+        raw = Path(args.raw) if args.raw else Path(tmp) / "stacks.txt"
+        try:
+            bench = ReactionBench(api, op)
+            try:
+                bench.run(1, lambda _msg: None)  # warm-up, not sampled
+                assert op.proc is not None
+                recorder = subprocess.Popen(
+                    [
+                        spy, "record", "--pid", str(op.proc.pid), "--rate", str(args.rate),
+                        "--format", "raw", "--output", str(raw), "--nonblocking",
+                        "--threads",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )  # fmt: skip
+                try:
+                    bench.run(args.trials, print)
+                finally:
+                    # py-spy writes its file when interrupted.
+                    recorder.send_signal(subprocess.signal.SIGINT)
+                    recorder.wait(60)
+            finally:
+                bench.close()
+        finally:
+            op.stop()
+        text = raw.read_text() if raw.exists() else ""
+    print(report(summarize(text.splitlines()), args.trials, args.rate))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
