@@ -403,6 +403,27 @@ def test_injected_container_runs_first(
     assert [ct["name"] for ct in stored["spec"]["initContainers"]] == [d.CONTAINER_NAME, "setup"]
 
 
+def test_the_api_server_calls_the_webhook_once_per_pod(
+    k8s: client.ApiClient, hook: Hook, namespaces: dict[str, str]
+) -> None:
+    """Our container carries the token mount ServiceAccount admission would add after us.
+
+    Otherwise that admission's second run changes the pod after our answer,
+    and the API server calls us again (reinvocationPolicy IfNeeded).
+    """
+    reviews = "ambient_operator_webhook_reviews_total"
+    before = hook.op.metric(reviews)
+    stored = _create(
+        k8s, namespaces["enrolled"], _pod(unique_name("once"), **_pinned(c.BUILD_WS2022))
+    )
+    assert hook.op.metric(reviews) == before + 1
+    (ours,) = _ours(stored)
+    (app,) = stored["spec"]["containers"]
+    token = [m for m in app["volumeMounts"] if m["name"].startswith("kube-api-access-")]
+    assert len(token) == 1
+    assert [m for m in ours["volumeMounts"] if m["name"].startswith("kube-api-access-")] == token
+
+
 def _events_about(k8s: client.ApiClient, namespace: str, name: str) -> list[Any]:
     return list(
         client.CoreV1Api(k8s)

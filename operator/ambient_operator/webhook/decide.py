@@ -341,6 +341,30 @@ def _security_context(spec: Mapping[str, Any]) -> dict[str, Any] | None:
     return out or None
 
 
+# Where the API server's ServiceAccount admission mounts a pod's token, from
+# a projected volume it names kube-api-access-<random>.
+TOKEN_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+TOKEN_VOLUME_PREFIX = "kube-api-access-"
+
+
+def _token_mount(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The token mount ServiceAccount admission gave the pod's containers, for ours too.
+
+    That admission runs again after a webhook changed the pod, and would add
+    the mount to our container then; a change after our answer makes the API
+    server call us a second time (reinvocationPolicy IfNeeded), doubling what
+    we add to every pod's creation. With the mount already there, it changes
+    nothing. None when the pod mounts no token (automount off).
+    """
+    for ct in spec.get("containers") or []:
+        for mount in (ct or {}).get("volumeMounts") or []:
+            if mount.get("mountPath") == TOKEN_MOUNT_PATH and str(mount.get("name", "")).startswith(
+                TOKEN_VOLUME_PREFIX
+            ):
+                return [{"name": mount["name"], "readOnly": True, "mountPath": TOKEN_MOUNT_PATH}]
+    return []
+
+
 def init_container(decision: Decision, spec: Mapping[str, Any]) -> dict[str, Any]:
     """Our init container for a pod with this spec."""
     resources: dict[str, Any] = (
@@ -357,7 +381,10 @@ def init_container(decision: Decision, spec: Mapping[str, Any]) -> dict[str, Any
             {"name": ENV_TIMEOUT, "value": str(decision.timeout_seconds)},
             {"name": ENV_FILE, "value": f"{MOUNT_DIR}\\{ANNOTATIONS_FILE}"},
         ],
-        "volumeMounts": [{"name": VOLUME_NAME, "mountPath": MOUNT_DIR, "readOnly": True}],
+        "volumeMounts": [
+            {"name": VOLUME_NAME, "mountPath": MOUNT_DIR, "readOnly": True},
+            *_token_mount(spec),
+        ],
         "resources": resources,
         # The timeout message (stderr) becomes the container's termination
         # message, so `kubectl describe pod` says why the pod is stuck.
