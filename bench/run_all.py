@@ -96,7 +96,19 @@ def _guarded(results: dict[str, Any], key: str, work: Callable[[], Any]) -> None
     log(f"{key}: done in {time.monotonic() - began:.0f}s")
 
 
-PARTS = ("reaction", "scale", "scale_kcm", "scale4", "webhook", "waypoints", "render", "join")
+PARTS = (
+    "reaction",
+    "scale",
+    "scale_kcm",
+    "scale4",
+    "webhook",
+    "waypoints",
+    "istiod",
+    "render",
+    "join",
+)
+# Trials of the race against istiod per reaction trial: each costs four Gateways.
+ISTIOD_TRIALS_SHARE = 5
 # Issue 4's own scenario: 1,000 namespaces (half enrolled) and 5,000 pods; it
 # names no node count and no waypoints, so a tenth of issue 8's nodes and none.
 ISSUE4_NODES_SHARE = 10
@@ -130,6 +142,7 @@ def measure(
     reaction trials that otherwise come first.
     """
     # Imported here: the pure parts (tables, charts, the document) need none of this.
+    import istiod_race
     import reaction_latency
     import render_scale
     import scale
@@ -197,6 +210,9 @@ def measure(
             out: dict[str, Any] = json.loads(path.read_text())
             return out
 
+        def istiod() -> dict[str, Any]:
+            return istiod_race.measure(max(plan.trials // ISTIOD_TRIALS_SHARE, 3), log)
+
         def join() -> dict[str, Any]:
             with (
                 LocalCluster(work / "join", bin_dir=default_bin_dir(), verbose=False) as cl,
@@ -215,6 +231,7 @@ def measure(
             ("scale4", scaled_issue4),
             ("webhook", webhook),
             ("waypoints", waypoints),
+            ("istiod", istiod),
         ):
             if key in wanted:
                 _guarded(results, key, work_fn)
@@ -333,6 +350,7 @@ def figures(results: dict[str, Any]) -> list[Figure]:
     out.extend(_issue4_figures(results.get("scale4")))
     out.extend(_webhook_figures(results.get("webhook")))
     out.extend(_waypoint_figures(results.get("waypoints")))
+    out.extend(_istiod_figures(results.get("istiod")))
     render = results.get("render")
     failed = _failed(render)
     section = "Render"
@@ -420,41 +438,150 @@ def _scale_figures(scale: Any) -> list[Figure]:
     ]
 
 
+def _added(samples: dict[str, list[float]], kind: str, q: float) -> float:
+    """What `kind`'s webhook adds to pod creation at quantile q (s): its minus the baseline's."""
+    return quantile(samples[kind], q) - quantile(samples["without"], q)
+
+
+def _added_ms(samples: dict[str, list[float]], kind: str) -> str:
+    """`kind`'s added latency, p99 / p50."""
+    return f"{_ms(_added(samples, kind, 0.99))} / {_ms(_added(samples, kind, 0.5))}"
+
+
+def _ratios(samples: dict[str, list[float]], kind: str) -> str:
+    """Ours over `kind`'s added latency, p99 / p50."""
+    out = []
+    for q in (0.99, 0.5):
+        theirs = _added(samples, kind, q)
+        # At or under zero the other webhook's cost is inside the noise: no ratio.
+        out.append(f"{_added(samples, 'with', q) / theirs:.2f}x" if theirs > 0 else "n/a")
+    return " / ".join(out)
+
+
 def _webhook_figures(hook: Any) -> list[Figure]:
     section = "Webhook"
     failed = _failed(hook)
     if failed:
         return [Figure(section, "all", f"not measured: {failed}", "", False)]
     load, idle = hook["load"], hook["idle"]
-    added99 = quantile(load["with"], 0.99) - quantile(load["without"], 0.99)
-    added50 = quantile(load["with"], 0.5) - quantile(load["without"], 0.5)
-    idle50 = quantile(idle["with"], 0.5) - quantile(idle["without"], 0.5)
-    return [
+    added99 = _added(load, "with", 0.99)
+    level = f"{hook['creators']} concurrent creators"
+    out = [
         Figure(
             section,
-            f"added pod-create latency, {hook['creators']} concurrent creators: p99",
+            f"added pod-create latency, {level}: p99",
             _ms(added99),
             "< 20 ms",
             added99 < 0.020,
         ),
-        Figure(section, "same, p50", _ms(added50)),
-        *_null_webhook_figures(section, load),
-        Figure(section, "added latency, idle sequential dry-run creates: p50", _ms(idle50)),
+        Figure(section, "same, p50", _ms(_added(load, "with", 0.5))),
+        *_other_webhook_figures(section, load, level),
+    ]
+    sequential = hook.get("sequential")
+    if sequential:
+        level = "1 creator, sequential real creates"
+        out += [
+            Figure(
+                section,
+                f"added pod-create latency, {level}: p99 / p50",
+                _added_ms(sequential, "with"),
+            ),
+            *_other_webhook_figures(section, sequential, level),
+        ]
+    return [
+        *out,
+        Figure(
+            section,
+            "added latency, idle sequential dry-run creates: p50",
+            _ms(_added(idle, "with", 0.5)),
+        ),
         Figure(section, "handler decision time, mean", f"{hook['decision_ms']:.3f} ms"),
     ]
 
 
-def _null_webhook_figures(section: str, load: dict[str, Any]) -> list[Figure]:
-    if not load.get("null"):
-        return []
-    null99 = quantile(load["null"], 0.99) - quantile(load["without"], 0.99)
-    null50 = quantile(load["null"], 0.5) - quantile(load["without"], 0.5)
-    return [
-        Figure(
-            section,
-            "added by a webhook doing no work (same run, own process): p99 / p50",
-            f"{_ms(null99)} / {_ms(null50)}",
+# The other webhooks of the same run: what each adds, and ours over it.
+OTHER_WEBHOOKS = {
+    "null": ("a webhook doing no work (same run, own process)", "the no-op webhook's"),
+    "istiod": ("istiod's sidecar injector (same run, real istiod)", "istiod's injector"),
+}
+
+
+def _other_webhook_figures(section: str, samples: dict[str, Any], level: str) -> list[Figure]:
+    out = []
+    for kind, (what, short) in OTHER_WEBHOOKS.items():
+        if samples.get(kind):
+            out += [
+                Figure(section, f"added by {what}, {level}: p99 / p50", _added_ms(samples, kind)),
+                Figure(section, f"ours ÷ {short}, {level}: p99 / p50", _ratios(samples, kind)),
+            ]
+    return out
+
+
+def _istiod_figures(race: Any) -> list[Figure]:
+    section = "Waypoints vs istiod (issue 18)"
+    failed = _failed(race)
+    if failed:
+        return [Figure(section, "all", f"not measured: {failed}", "", False)]
+    samples = race["samples"]
+    chain = samples["chain floor"]
+    floor50, floor99 = quantile(chain, 0.5), quantile(chain, 0.99)
+    out: list[Figure] = []
+    for mode in ("fresh", "known"):
+        ours, theirs = samples[f"ours {mode} deployment"], samples[f"istiod {mode} deployment"]
+        p50, p99, their50 = quantile(ours, 0.5), quantile(ours, 0.99), quantile(theirs, 0.5)
+        label = f"Gateway created → its Deployment, {mode} namespace"
+        out += [
+            Figure(
+                section,
+                f"{label}: p50 ours / istiod's (n={len(ours)})",
+                f"{_ms(p50)} / {_ms(their50)}",
+                "ours ≤ istiod's",
+                p50 <= their50,
+            ),
+            Figure(
+                section,
+                f"{label}: ours p50 ÷ chain floor p50 ({_ms(floor50)})",
+                f"{p50 / floor50:.1f}x",
+                "≤ 1.5x",
+                p50 / floor50 <= 1.5,
+            ),
+            Figure(
+                section,
+                f"{label}: ours p99 ÷ chain floor p99 ({_ms(floor99)})",
+                f"{p99 / floor99:.1f}x",
+                "≤ 3x",
+                p99 / floor99 <= 3,
+            ),
+        ]
+        ours_p, theirs_p = samples[f"ours {mode} programmed"], samples[f"istiod {mode} programmed"]
+        out.append(
+            Figure(
+                section,
+                f"Gateway created → Programmed=True, {mode} namespace: p50 ours / istiod's",
+                f"{_ms(quantile(ours_p, 0.5))} / {_ms(quantile(theirs_p, 0.5))}",
+            )
         )
+    return out
+
+
+def _istiod_section(results: dict[str, Any]) -> list[str]:
+    race = results.get("istiod")
+    text = ["### Waypoints raced against istiod's", ""]
+    if _failed(race):
+        return [*text, f"Not measured: {_failed(race)}.", ""]
+    return [
+        *text,
+        "bench/istiod_race.py's `measure()`, on a private cluster with Istio installed from its "
+        "own charts and the real istiod (pilot-discovery from the pinned module): per trial, a "
+        "Gateway of istiod's class `istio-waypoint` and one of ours, alternating which goes "
+        "first, each in a namespace created right before it (fresh) and in one that exists "
+        "(known), timed from the create request to the watch event of its Deployment, of an "
+        "available pod, and of Programmed=True. istiod's Programmed waits for the Service's "
+        "address only, ours for an available pod too. The chain floor is a zero-logic "
+        "reactor answering a write with a write in the benchmark's process.",
+        "",
+        _quantile_table(race["samples"]),
+        "",
     ]
 
 
@@ -1073,6 +1200,7 @@ def document(results: dict[str, Any], rows: list[Figure]) -> str:
         *_reaction_section(results),
         *_scale_section(results),
         *_other_sections(results),
+        *_istiod_section(results),
     ]
     return "\n".join(lines).rstrip() + "\n"
 
