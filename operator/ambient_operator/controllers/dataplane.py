@@ -124,7 +124,11 @@ class DataplaneController(DataplaneMoves):
         platform = platform_status(self.platform_choice(spec))
         try:
             facts = self.facts(spec, moving_from, owner)
-            result = render_dataplane(spec, facts, cni_rbac=self.cni_rbac)
+            # Pure, and the pass's largest piece of CPU (bench/profile_passes.py):
+            # in a thread, the event loop keeps serving the waypoints' pass and
+            # the watches meanwhile (a Gateway made with its namespace waited
+            # for the namespace's data-plane pass).
+            result = await asyncio.to_thread(render_dataplane, spec, facts, cni_rbac=self.cni_rbac)
         except Exception as exc:  # a render bug must show in status, not kill the loop
             log.exception("render failed")
             await self._fail(mesh, previous, generation, MeshReason.RENDER_FAILED, str(exc))
@@ -160,7 +164,9 @@ class DataplaneController(DataplaneMoves):
     async def _apply(
         self, owner: Owner, target: str, moving_from: Sequence[str], result: RenderResult
     ) -> ApplyOutcome:
-        prepared = [prepare(obj, owner, CONTROLLER) for obj in result.objects]
+        prepared = await asyncio.to_thread(
+            lambda: [prepare(obj, owner, CONTROLLER) for obj in result.objects]
+        )
         # Only this mesh's objects can be up to date or pruned; anything else
         # under a name we want is written through the writer, which refuses it.
         todo = plan(prepared, self.ours(owner))
