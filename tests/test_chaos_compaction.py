@@ -31,46 +31,28 @@ import base64
 import json
 import signal
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-import pytest
 from kubernetes import client
 
 from ambient_devcluster import LocalCluster, create_nodes, delete_nodes
-from ambient_devcluster.harness import get_mesh
-from ambient_operator.api import constants as c
+from ambient_devcluster.harness import get_mesh, windows_node
 from conftest import ignoring, unique_name, wait_for
 from operator_harness import OPERATOR_USER, AuditLog, RunningOperator
 from test_chaos import audit, istio_env, kube, mesh, wait_converged
-from test_chaos_waypoints import GW_GROUP, GW_VERSION, _gateway, _programmed
+from test_chaos_waypoints import GW_GROUP, GW_VERSION, _gateway, _programmed, operator
 
-# Reused, not copied: the module fixtures of test_chaos.
-__all__ = ["audit", "istio_env", "kube", "mesh"]
+# Reused, not copied: the module fixtures of test_chaos, and the operator of
+# test_chaos_waypoints (a fresh process with the default 300 s resync, so no
+# periodic pass hides a ghost).
+__all__ = ["audit", "istio_env", "kube", "mesh", "operator"]
 
 TIMEOUT = 120.0
 SWEEPS = "ambient_operator_cache_sweeps_total"
 GHOSTS = "ambient_operator_cache_ghosts_total"
 # Windows Server 2019: a build the agents do not support, so it is named in status.
 WS2019 = "10.0.17763"
-
-
-@pytest.fixture
-def operator(
-    cluster: LocalCluster, mesh: None, gateway_api_crds: None, tmp_path: Path
-) -> Iterator[RunningOperator]:
-    """A fresh operator with the default resync (300 s), so no periodic pass hides a ghost."""
-    op = RunningOperator(cluster, tmp_path)
-    op.start()
-    try:
-        yield op
-    finally:
-        if op.proc is not None:
-            op.proc.send_signal(signal.SIGCONT)  # never leave it frozen
-        op.stop()
-    assert "Traceback" not in op.log_text(), op.log_text()[-6000:]
 
 
 def _etcd(cluster: LocalCluster, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -92,24 +74,6 @@ def compact_etcd(cluster: LocalCluster) -> int:
     revision = int(probe["header"]["revision"])
     _etcd(cluster, "/v3/kv/compaction", {"revision": str(revision), "physical": True})
     return revision
-
-
-def _windows_node(name: str, build: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {
-                c.LABEL_OS: "windows",
-                c.LABEL_ARCH: "amd64",
-                c.LABEL_HOSTNAME: name,
-                c.LABEL_WINDOWS_BUILD: build,
-            },
-        },
-        "spec": {"taints": [{"key": "os", "value": "windows", "effect": "NoSchedule"}]},
-        "status": {"nodeInfo": {"operatingSystem": "windows", "kernelVersion": f"{build}.1"}},
-    }
 
 
 def _pod(name: str) -> dict[str, Any]:
@@ -167,7 +131,7 @@ def test_compaction_under_churn_loses_nothing_and_leaves_nothing_stale(
         custom.create_namespaced_custom_object(
             GW_GROUP, GW_VERSION, gateways, "gateways", _gateway("before")
         )
-        create_nodes(k8s, [_windows_node(old_node, WS2019)], timeout=60)
+        create_nodes(k8s, [windows_node(old_node, WS2019)], timeout=60)
         wait_for(
             lambda: _examples(k8s)[:4] == [f"{first}/p-{i}" for i in range(4)],
             TIMEOUT,
@@ -193,7 +157,7 @@ def test_compaction_under_churn_loses_nothing_and_leaves_nothing_stale(
             core.delete_namespaced_pod(f"p-{i}", first, grace_period_seconds=0)
         _ambient_namespace(core, second, ["q-0", "q-1"])
         delete_nodes(k8s, [old_node])
-        create_nodes(k8s, [_windows_node(new_node, WS2019)], timeout=60)
+        create_nodes(k8s, [windows_node(new_node, WS2019)], timeout=60)
         custom.delete_namespaced_custom_object(GW_GROUP, GW_VERSION, gateways, "gateways", "before")
         custom.create_namespaced_custom_object(
             GW_GROUP, GW_VERSION, gateways, "gateways", _gateway("during")

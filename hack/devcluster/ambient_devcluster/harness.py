@@ -414,8 +414,8 @@ def create_namespace(
     return name
 
 
-def ws2025_node(name: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """A tainted Windows Server 2025 Node (for `create_nodes` or `to_kwok_node`)."""
+def windows_node(name: str, build: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A tainted Windows Node of `build` (for `create_nodes` or `to_kwok_node`)."""
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -424,7 +424,7 @@ def ws2025_node(name: str, labels: Mapping[str, str] | None = None) -> dict[str,
             "labels": {
                 c.LABEL_OS: "windows",
                 c.LABEL_ARCH: "amd64",
-                c.LABEL_WINDOWS_BUILD: c.BUILD_WS2025,
+                c.LABEL_WINDOWS_BUILD: build,
                 **(labels or {}),
             },
         },
@@ -433,11 +433,16 @@ def ws2025_node(name: str, labels: Mapping[str, str] | None = None) -> dict[str,
             "nodeInfo": {
                 "operatingSystem": "windows",
                 "architecture": "amd64",
-                "kernelVersion": "10.0.26100.2314",
-                "osImage": "Windows Server 2025 Datacenter",
+                "kernelVersion": f"{build}.2314",
+                "osImage": f"{c.WINDOWS_BUILD_NAMES.get(build, 'Windows Server')} Datacenter",
             }
         },
     }
+
+
+def ws2025_node(name: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A tainted Windows Server 2025 Node (for `create_nodes` or `to_kwok_node`)."""
+    return windows_node(name, c.BUILD_WS2025, labels)
 
 
 def ws2022_pod(name: str) -> dict[str, Any]:
