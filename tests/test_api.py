@@ -115,9 +115,9 @@ def test_sample_is_valid_offline() -> None:
 
 @pytest.fixture(scope="module")
 def kube(cluster: Any, crds_installed: None) -> Kube:
-    from ambient_operator.kube.client import load_api_client
+    from ambient_operator.kube.credentials import load_credentials
 
-    return Kube(load_api_client(str(cluster.kubeconfig)))
+    return Kube(load_credentials(str(cluster.kubeconfig)))
 
 
 def _create_strict(kube: Kube, obj: dict[str, Any]) -> dict[str, Any]:

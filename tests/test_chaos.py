@@ -60,7 +60,8 @@ from ambient_devcluster.harness import (
 )
 from ambient_operator.api import constants as c
 from ambient_operator.app.options import OWNED_API_KINDS
-from ambient_operator.kube.client import Kube, load_api_client
+from ambient_operator.kube.client import Kube
+from ambient_operator.kube.credentials import load_credentials
 from ambient_operator.kube.resources import KINDS
 from conftest import BIN_DIR, ignoring, unique_name, wait_for
 from operator_harness import OPERATOR_USER, AuditLog, RunningOperator
@@ -97,7 +98,7 @@ def mesh(k8s: client.ApiClient, istio_env: None) -> Iterator[None]:
 @pytest.fixture(scope="module")
 def kube(cluster: LocalCluster) -> Kube:
     """The operator's own REST client, as admin: lists come back as plain dicts."""
-    return Kube(load_api_client(str(cluster.kubeconfig)))
+    return Kube(load_credentials(str(cluster.kubeconfig)))
 
 
 @pytest.fixture(scope="module")

@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kubernetes import client as k8s_client
 from prometheus_client import REGISTRY
 
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.kube.client import Kube, KubeError
+from ambient_operator.kube.credentials import Credentials
 from ambient_operator.kube.resources import KINDS
 from ambient_operator.render import waypoints as wr
 from operator_harness import free_port
@@ -102,10 +102,7 @@ def _requests() -> float:
 @pytest.fixture
 def unreachable() -> Kube:
     """A client of an API server that is not there: any request it made would fail."""
-    configuration = k8s_client.Configuration()
-    configuration.host = f"https://127.0.0.1:{free_port()}"
-    configuration.retries = False
-    return Kube(k8s_client.ApiClient(configuration), timeout=2.0)
+    return Kube(Credentials(server=f"https://127.0.0.1:{free_port()}"), timeout=2.0)
 
 
 def test_no_request_is_made_for_a_name_no_object_can_carry(unreachable: Kube) -> None:

@@ -14,7 +14,8 @@ import pytest
 from kubernetes import client
 
 from ambient_devcluster import LocalCluster, api_client_for
-from ambient_operator.kube.client import Kube, load_api_client
+from ambient_operator.kube.client import Kube
+from ambient_operator.kube.credentials import load_credentials
 from ambient_operator.kube.informer import Change, Informer
 from ambient_operator.kube.resources import KINDS
 from conftest import unique_name, wait_for
@@ -75,7 +76,7 @@ def test_lists_in_pages_then_follows_changes(
         core.create_namespaced_config_map(namespace, _config_map(f"cm-{i}", label, str(i)))
     store = Store()
     informer = Informer(
-        Kube(load_api_client(str(cluster.kubeconfig))),
+        Kube(load_credentials(str(cluster.kubeconfig))),
         CONFIG_MAP,
         _record,
         store.deliver,
@@ -112,7 +113,7 @@ def test_a_relist_forgets_what_vanished_unseen(
     label = unique_name("inf")
     core.create_namespaced_config_map(namespace, _config_map("kept", label, "1"))
     store = Store()
-    kube = Kube(load_api_client(str(cluster.kubeconfig)))
+    kube = Kube(load_credentials(str(cluster.kubeconfig)))
     informer = Informer(
         kube, CONFIG_MAP, _record, store.deliver, loop, label_selector=f"informer-test={label}"
     )
@@ -148,7 +149,7 @@ def test_an_expired_version_lists_again(tmp_path: Path, loop: asyncio.AbstractEv
         core.create_namespaced_config_map("default", _config_map("a", "x", "1"))
         store = Store()
         informer = Informer(
-            Kube(load_api_client(str(private.kubeconfig))),
+            Kube(load_credentials(str(private.kubeconfig))),
             CONFIG_MAP,
             _record,
             store.deliver,

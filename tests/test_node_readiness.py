@@ -27,7 +27,8 @@ from kubernetes import client, watch
 from ambient_devcluster import LocalCluster, create_nodes, delete_nodes
 from ambient_devcluster.harness import borrowed_mesh, current, read_mesh, set_mesh_spec
 from ambient_operator.apply.writer import remove_taint
-from ambient_operator.kube.client import Kube, KubeError, load_api_client
+from ambient_operator.kube.client import Kube, KubeError
+from ambient_operator.kube.credentials import load_credentials
 from chart_helpers import by_kind, template
 from conftest import unique_name, wait_for
 from operator_harness import AuditLog, RunningOperator
@@ -384,8 +385,8 @@ def test_the_writer_never_loses_a_concurrent_taint(k8s: client.ApiClient, setup:
     stale = _read_node(k8s, name)
     added = {"key": "example.com/added-meanwhile", "effect": "NoSchedule"}
     core.patch_node(name, {"spec": {"taints": [READINESS, added]}})
-    with contextlib.closing(load_api_client(str(setup.op.cluster.kubeconfig))) as api:
-        kube = Kube(api)
+    kube = Kube(load_credentials(str(setup.op.cluster.kubeconfig)))
+    with contextlib.closing(kube):
         with pytest.raises(KubeError) as refused:
             remove_taint(kube, stale, READINESS["key"], READINESS["effect"])
         assert refused.value.status == 422

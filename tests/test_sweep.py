@@ -9,7 +9,8 @@ from typing import Any
 from kubernetes import client
 
 from ambient_devcluster import LocalCluster
-from ambient_operator.kube.client import Kube, load_api_client
+from ambient_operator.kube.client import Kube
+from ambient_operator.kube.credentials import load_credentials
 from ambient_operator.kube.resources import KINDS
 from ambient_operator.kube.sweep import Key, Sweeps, Target, ghosts, sweep
 from conftest import unique_name
@@ -39,7 +40,7 @@ def test_ghosts_are_cached_unlisted_and_not_newer_than_the_list() -> None:
 def test_a_sweep_forgets_only_what_the_api_server_no_longer_has(
     k8s: client.ApiClient, cluster: LocalCluster
 ) -> None:
-    kube = Kube(load_api_client(str(cluster.kubeconfig)))
+    kube = Kube(load_credentials(str(cluster.kubeconfig)))
     core = client.CoreV1Api(k8s)
     namespace = unique_name("sweep")
     core.create_namespace({"metadata": {"name": namespace}})
@@ -87,7 +88,7 @@ def test_a_relisted_kind_is_swept_soon_and_only_it(
     k8s: client.ApiClient, cluster: LocalCluster
 ) -> None:
     """kopf reports no deletion when it lists again (after a 410): that kind is swept then."""
-    kube = Kube(load_api_client(str(cluster.kubeconfig)))
+    kube = Kube(load_credentials(str(cluster.kubeconfig)))
     core = client.CoreV1Api(k8s)
     namespace = unique_name("relist")
     core.create_namespace({"metadata": {"name": namespace}})

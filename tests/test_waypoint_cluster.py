@@ -21,13 +21,14 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from ambient_devcluster import LocalCluster, api_client_for, apply_dirs, create_nodes
+from ambient_devcluster import LocalCluster, apply_dirs, create_nodes
 from ambient_devcluster.harness import CRDS_DIR, create_mesh, gateway_api_dir
 from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.cluster.state import ClusterState
 from ambient_operator.controllers.waypoints import WaypointController
 from ambient_operator.kube.client import Kube
+from ambient_operator.kube.credentials import load_credentials
 from ambient_operator.render import waypoints as wr
 from ambient_operator.status.events import EventRecorder
 from conftest import BIN_DIR, SAMPLE_NODES, binaries_present, unique_name, wait_for
@@ -669,8 +670,8 @@ def test_status_write_is_conflict_safe(
         {"status": {"addresses": [someone]}},
     )
     writer = "waypoint-conflict-test"
-    own_api = api_client_for(wp_cluster.user_kubeconfig(writer, ["system:masters"]))
-    ctl = WaypointController(ClusterState(), Kube(own_api), EventRecorder(Kube(own_api)))
+    own = Kube(load_credentials(str(wp_cluster.user_kubeconfig(writer, ["system:masters"]))))
+    ctl = WaypointController(ClusterState(), own, EventRecorder(own))
     key = (ns, "contested")
     ctl.gateways[key] = stale
     # Only objects the Gateway controls count for its status.
@@ -700,7 +701,7 @@ def test_status_write_is_conflict_safe(
         assert asyncio.run(ctl._write_status(spec, key, result, None))
     finally:
         ctl.close()
-        own_api.close()
+        own.close()
     addresses = get_gateway(api, ns, "contested")["status"]["addresses"]
     assert addresses == [
         someone,

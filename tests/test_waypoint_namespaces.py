@@ -14,7 +14,8 @@ from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.cluster.state import ClusterState
 from ambient_operator.cluster.watches import namespace_entry
 from ambient_operator.controllers.waypoints import WaypointController
-from ambient_operator.kube.client import Kube, load_api_client
+from ambient_operator.kube.client import Kube
+from ambient_operator.kube.credentials import load_credentials
 from ambient_operator.kube.resources import KINDS
 from ambient_operator.render import waypoints as wr
 from conftest import unique_name
@@ -69,7 +70,7 @@ def _reconcile(cluster: LocalCluster, state: ClusterState, namespace: str) -> tu
     any moment when Gateways are served, since the Gateway owning it exists
     only in this test's cache.
     """
-    kube = Kube(load_api_client(str(cluster.kubeconfig)))
+    kube = Kube(load_credentials(str(cluster.kubeconfig)))
     ctl = WaypointController(state, kube, None)  # type: ignore[arg-type]  # no Event expected
     gateway = _gateway(namespace)
     ctl.on_gateway_class("ADDED", GATEWAY_CLASS)

@@ -17,7 +17,8 @@ from ambient_operator.api import constants as c
 from ambient_operator.apply.ownership import conflict, may_prune
 from ambient_operator.apply.plan import Owner, prepare
 from ambient_operator.apply.writer import NameConflictError, prune, write, write_by_name
-from ambient_operator.kube.client import Kube, KubeError, load_api_client
+from ambient_operator.kube.client import Kube, KubeError
+from ambient_operator.kube.credentials import load_credentials
 from ambient_operator.kube.resources import KINDS
 from conftest import unique_name
 
@@ -84,8 +85,7 @@ def test_may_prune_needs_ownership_and_scope() -> None:
 
 @pytest.fixture
 def kube(k8s: client.ApiClient, cluster: Any) -> Iterator[Kube]:
-    api = load_api_client(str(cluster.kubeconfig))
-    yield Kube(api, field_manager=c.FIELD_MANAGER)
+    yield Kube(load_credentials(str(cluster.kubeconfig)), field_manager=c.FIELD_MANAGER)
 
 
 def _real_owner(k8s: client.ApiClient, namespace: str, name: str) -> Owner:
@@ -141,7 +141,7 @@ class _Interrupted(Kube):
     """
 
     def __init__(self, kube: Kube, k8s: client.ApiClient) -> None:
-        super().__init__(kube.api, field_manager=c.FIELD_MANAGER)
+        super().__init__(kube.credentials, field_manager=c.FIELD_MANAGER)
         self.core = client.CoreV1Api(k8s)
 
     def create(self, obj: Any) -> dict[str, Any]:

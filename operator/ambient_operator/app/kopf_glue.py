@@ -1,4 +1,4 @@
-"""What kopf needs from us besides the handlers: credentials, logging, a diff base never built."""
+"""What kopf needs from us besides the handlers: logging, a diff base never built."""
 
 from __future__ import annotations
 
@@ -19,28 +19,6 @@ class NoDiffBase(kopf.AnnotationsDiffBaseStorage):
 
     def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
         return kopf.BodyEssence()
-
-
-def connection_info(cfg: Any) -> kopf.ConnectionInfo:
-    """kopf's connection settings from a kubernetes client Configuration."""
-    header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
-        "authorization"
-    )
-    scheme, token = None, None
-    if header:
-        first, _, rest = str(header).partition(" ")
-        scheme, token = (first, rest) if rest else (None, first)
-    return kopf.ConnectionInfo(
-        server=cfg.host,
-        ca_path=cfg.ssl_ca_cert or None,
-        insecure=not cfg.verify_ssl,
-        username=cfg.username or None,
-        password=cfg.password or None,
-        scheme=scheme,
-        token=token,
-        certificate_path=cfg.cert_file or None,
-        private_key_path=cfg.key_file or None,
-    )
 
 
 def configure_logging(fmt: str, level: str) -> None:

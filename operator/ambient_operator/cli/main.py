@@ -14,6 +14,7 @@ from ambient_operator.api import crdgen
 from ambient_operator.cli import precheck as precheck_command
 from ambient_operator.cli import render as render_command
 from ambient_operator.cli import waypoint as waypoint_command
+from ambient_operator.kube.credentials import CredentialsError
 
 EXIT_USAGE = 2
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -46,6 +47,11 @@ def _agents_namespaces(flags: list[str] | None) -> tuple[str, ...]:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    # kopf imports the `kubernetes` package whenever it can, only to recognise
+    # its model classes, which this operator never hands it: about 35 MiB
+    # resident for nothing. The image does not ship the package; a development
+    # virtualenv has it for the tests, and must run the operator as the image does.
+    sys.modules.setdefault("kubernetes", None)  # type: ignore[arg-type]
     # Imported here: `crd` and `render` must work without kopf's start-up cost.
     from ambient_operator.app.kopf_glue import configure_logging
     from ambient_operator.app.operator import Operator
@@ -86,6 +92,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         cni_rbac=args.cni_rbac,
     )
     memory.install()
+    memory.limit_arenas()
     Operator(options).run()
     return 0
 
@@ -231,7 +238,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
-    return func(args)
+    try:
+        return func(args)
+    except CredentialsError as exc:
+        print(f"ambient-operator {args.command}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

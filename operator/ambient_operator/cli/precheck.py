@@ -18,13 +18,13 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kubernetes.config.config_exception import ConfigException
 from pydantic import ValidationError
 
 from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.cluster.facts import NodeFacts
-from ambient_operator.kube.client import Kube, KubeError, load_api_client
+from ambient_operator.kube.client import Kube, KubeError
+from ambient_operator.kube.credentials import CredentialsError, load_credentials
 from ambient_operator.kube.resources import KINDS, Kind
 from ambient_operator.render import waypoints as wr
 from ambient_operator.status import precheck as p
@@ -248,9 +248,9 @@ def as_json(findings: list[p.Finding]) -> str:
 
 def _cmd(args: argparse.Namespace) -> int:
     try:
-        kube = Kube(load_api_client(args.kubeconfig))
+        kube = Kube(load_credentials(args.kubeconfig))
         findings = p.judge(snapshot(kube))
-    except (KubeError, ConfigException, OSError) as exc:
+    except (KubeError, CredentialsError, OSError) as exc:
         # No kubeconfig, a host that does not answer, credentials refused.
         print(f"ambient-operator precheck: cannot read the cluster: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE

@@ -14,7 +14,8 @@ from ambient_operator.api import constants as c
 from ambient_operator.api.conditions import GatewayCondition
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.apply.writer import apply_requested
-from ambient_operator.kube.client import Kube, KubeError, load_api_client
+from ambient_operator.kube.client import Kube, KubeError
+from ambient_operator.kube.credentials import load_credentials
 from ambient_operator.kube.resources import KINDS
 
 CLI_FIELD_MANAGER = "ambient-operator-cli"
@@ -67,7 +68,7 @@ def _programmed(gateway: dict[str, Any] | None) -> bool:
 
 
 def _cmd_apply(args: argparse.Namespace) -> int:
-    kube = Kube(load_api_client(args.kubeconfig), field_manager=CLI_FIELD_MANAGER)
+    kube = Kube(load_credentials(args.kubeconfig), field_manager=CLI_FIELD_MANAGER)
     namespace, name = args.namespace, args.name
     try:
         if kube.get(NAMESPACE, namespace) is None:

