@@ -34,6 +34,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ambient_devcluster import LocalCluster, default_bin_dir
 from reaction_latency import ReactionBench, prepare
@@ -121,24 +122,33 @@ def report(profiles: dict[str, Profile], trials: int, rate: int, top: int = 12) 
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Profile the operator during reaction trials and print the summary."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trials", type=int, default=40)
-    parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
-    parser.add_argument("--raw", help="also keep py-spy's collapsed stacks in this file")
-    args = parser.parse_args(argv)
+def as_json(profiles: dict[str, Profile], trials: int, rate: int, top: int = 8) -> dict[str, Any]:
+    """The summary as data: per job, ms of work per trial and the top functions' shares."""
+    out: dict[str, Any] = {"trials": trials, "rate": rate, "jobs": {}}
+    for job, profile in profiles.items():
+        if not profile.samples:
+            continue
+        out["jobs"][job] = {
+            "samples": profile.samples,
+            "ms_per_trial": profile.samples / max(trials, 1) / rate * 1000,
+            "inclusive": [(f, n / profile.samples) for f, n in profile.inclusive.most_common(top)],
+            "self": [(f, n / profile.samples) for f, n in profile.own.most_common(top)],
+        }
+    return out
+
+
+def record(trials: int, rate: int, raw: Path | None = None, progress: Any = print) -> str:
+    """py-spy's raw stacks of the operator during `trials` reaction trials, on a private cluster."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy).exists():
-        print("py-spy not found: pip install py-spy", file=sys.stderr)
-        return 2
+        raise RuntimeError("py-spy not found: pip install py-spy")
     with (
         tempfile.TemporaryDirectory(prefix="profile-bench-") as tmp,
         LocalCluster(Path(tmp) / "cluster", bin_dir=default_bin_dir(), verbose=False) as cluster,
         cluster.api_client() as api,
     ):
         op = prepare(cluster, api, Path(tmp))
-        raw = Path(args.raw) if args.raw else Path(tmp) / "stacks.txt"
+        raw = raw or Path(tmp) / "stacks.txt"
         try:
             bench = ReactionBench(api, op)
             try:
@@ -146,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                 assert op.proc is not None
                 recorder = subprocess.Popen(
                     [
-                        spy, "record", "--pid", str(op.proc.pid), "--rate", str(args.rate),
+                        spy, "record", "--pid", str(op.proc.pid), "--rate", str(rate),
                         "--format", "raw", "--output", str(raw), "--nonblocking",
                         "--threads",
                     ],
@@ -154,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                     stderr=subprocess.DEVNULL,
                 )  # fmt: skip
                 try:
-                    bench.run(args.trials, print)
+                    bench.run(trials, progress)
                 finally:
                     # py-spy writes its file when interrupted.
                     recorder.send_signal(subprocess.signal.SIGINT)
@@ -163,7 +173,27 @@ def main(argv: list[str] | None = None) -> int:
                 bench.close()
         finally:
             op.stop()
-        text = raw.read_text() if raw.exists() else ""
+        return raw.read_text() if raw.exists() else ""
+
+
+def measure(trials: int = 40, rate: int = 250, progress: Any = print) -> dict[str, Any]:
+    """Profile the operator during reaction trials; the summary as data (for bench/run_all.py)."""
+    text = record(trials, rate, progress=progress)
+    return as_json(summarize(text.splitlines()), trials, rate)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Profile the operator during reaction trials and print the summary."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trials", type=int, default=40)
+    parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
+    parser.add_argument("--raw", help="also keep py-spy's collapsed stacks in this file")
+    args = parser.parse_args(argv)
+    try:
+        text = record(args.trials, args.rate, Path(args.raw) if args.raw else None)
+    except RuntimeError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     print(report(summarize(text.splitlines()), args.trials, args.rate))
     return 0
 

@@ -106,7 +106,14 @@ PARTS = (
     "istiod",
     "render",
     "join",
+    "profile",
+    "memory",
 )
+# py-spy's view of the operator during reaction trials (bench/profile_passes.py).
+PROFILE_TRIALS = 40
+# The allocations traced at this share of the scale run's size: tracing all of
+# the full scale takes a quarter of an hour per snapshot on 2 cores.
+MEMORY_SHARE = 4
 # Trials of the race against istiod per reaction trial: each costs four Gateways.
 ISTIOD_TRIALS_SHARE = 5
 # Issue 4's own scenario: 1,000 namespaces (half enrolled) and 5,000 pods; it
@@ -143,6 +150,7 @@ def measure(
     """
     # Imported here: the pure parts (tables, charts, the document) need none of this.
     import istiod_race
+    import profile_passes
     import reaction_latency
     import render_scale
     import scale
@@ -248,6 +256,23 @@ def measure(
 
         if "render" in wanted:
             _guarded(results, "render", render)
+
+        def profile() -> dict[str, Any]:
+            return profile_passes.measure(PROFILE_TRIALS, progress=lambda _msg: None)
+
+        def memory() -> dict[str, Any]:
+            with LocalCluster(work / "memory", bin_dir=default_bin_dir(), verbose=False) as cl:
+                size = scale.Scale(
+                    plan.nodes // MEMORY_SHARE,
+                    plan.namespaces // MEMORY_SHARE,
+                    plan.waypoints // MEMORY_SHARE,
+                    plan.pods // MEMORY_SHARE,
+                )
+                return scale.measure(cl, work, size, progress=log, tracemalloc=True)
+
+        for key, work_fn in (("profile", profile), ("memory", memory)):
+            if key in wanted:
+                _guarded(results, key, work_fn)
     if not only:
         results["finished"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return results
@@ -562,6 +587,60 @@ def _istiod_figures(race: Any) -> list[Figure]:
             )
         )
     return out
+
+
+def _profile_section(results: dict[str, Any]) -> list[str]:
+    prof = results.get("profile")
+    text = ["### Where the time goes (py-spy)", ""]
+    if prof is None or _failed(prof):
+        return [*text, f"Not measured: {_failed(prof) or 'not in this run'}.", ""]
+    text += [
+        "bench/profile_passes.py's `measure()`: py-spy samples the operator "
+        f"({prof['rate']} per second, every thread) during {prof['trials']} reaction trials "
+        "(a namespace label, a Gateway, a Node each). A sample belongs to a job when its "
+        "stack holds the job's entry point; `requests` are the API calls the passes hand to "
+        "worker threads. Busy samples only: time blocked on a socket is not work. Shares are "
+        "of the job's samples; inclusive counts a function and what it called.",
+        "",
+        "| job | work per trial | top inclusive | top self |",
+        "|---|---|---|---|",
+    ]
+    for job, row in prof["jobs"].items():
+        inclusive = "<br>".join(f"{share:.0%} `{fn}`" for fn, share in row["inclusive"][1:6])
+        own = "<br>".join(f"{share:.0%} `{fn}`" for fn, share in row["self"][:5])
+        text.append(f"| {job} | {row['ms_per_trial']:.1f} ms | {inclusive} | {own} |")
+    return [*text, ""]
+
+
+def _memory_section(results: dict[str, Any]) -> list[str]:
+    mem = results.get("memory")
+    text = ["### Where the memory goes (tracemalloc)", ""]
+    if mem is None or _failed(mem):
+        return [*text, f"Not measured: {_failed(mem) or 'not in this run'}.", ""]
+    size = mem["scale"]
+    text += [
+        "bench/scale.py's `measure(tracemalloc=True)` at a quarter of the scale run's size "
+        f"({size['nodes']} nodes, {size['namespaces']} namespaces, {size['waypoints']} "
+        f"waypoints, {size['pods']} pods): the operator runs with `PYTHONTRACEMALLOC=10` and "
+        "reports its largest holders (runtime/memory.py) at convergence and after the no-op "
+        "restart. Tracing makes the process larger and slower; its resident sets here are "
+        "not comparable with the scale run's. `callers` charges each allocation to the "
+        "innermost frame of the operator or kopf above it: whose data it is.",
+        "",
+    ]
+    reports = mem.get("memory_reports", [])
+    for name, rep in zip(("at convergence", "after the restart"), reports, strict=False):
+        traced = rep["traced_bytes"]
+        text += [
+            f"**{name.capitalize()}:** traced {traced / 2**20:.1f} MiB now, "
+            f"{rep['traced_peak_bytes'] / 2**20:.1f} MiB at its peak.",
+            "",
+            "| holder (innermost operator or kopf frame) | MiB |",
+            "|---|---|",
+            *(f"| `{who}` | {size_b / 2**20:.1f} |" for who, size_b in rep["callers"][:10]),
+            "",
+        ]
+    return text
 
 
 def _istiod_section(results: dict[str, Any]) -> list[str]:
@@ -1201,6 +1280,8 @@ def document(results: dict[str, Any], rows: list[Figure]) -> str:
         *_scale_section(results),
         *_other_sections(results),
         *_istiod_section(results),
+        *_profile_section(results),
+        *_memory_section(results),
     ]
     return "\n".join(lines).rstrip() + "\n"
 

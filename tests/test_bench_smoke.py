@@ -155,3 +155,35 @@ def test_saved_results_can_be_rendered_again(tmp_path: Path) -> None:
         == 0
     )
     assert "## Summary" in doc.read_text()
+
+
+def test_profile_and_memory_sections_show_what_was_measured() -> None:
+    results = {
+        "profile": {
+            "trials": 40,
+            "rate": 250,
+            "jobs": {
+                "node": {
+                    "samples": 400,
+                    "ms_per_trial": 40.0,
+                    "inclusive": [["reconcile (dataplane.py)", 1.0], ["render (plan.py)", 0.4]],
+                    "self": [["dumps (__init__.py)", 0.09]],
+                }
+            },
+        },
+        "memory": {
+            "scale": {"nodes": 125, "namespaces": 250, "waypoints": 50, "pods": 1250},
+            "memory_reports": [
+                {
+                    "traced_bytes": 3 * 2**20,
+                    "traced_peak_bytes": 5 * 2**20,
+                    "callers": [["kube/informer.py:60", 2**20]],
+                }
+            ],
+        },
+    }
+    text = "\n".join(run_all._profile_section(results) + run_all._memory_section(results))
+    assert "| node | 40.0 ms | 40% `render (plan.py)` | 9% `dumps (__init__.py)` |" in text
+    assert "**At convergence:** traced 3.0 MiB now, 5.0 MiB at its peak." in text
+    assert "| `kube/informer.py:60` | 1.0 |" in text
+    assert "Not measured: not run." in "\n".join(run_all._profile_section({}))
