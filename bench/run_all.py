@@ -22,6 +22,7 @@ results.json without measuring anything.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -1308,21 +1309,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doc", type=Path, help="the document (default docs/performance.md)")
     parser.add_argument("--from-results", type=Path, help="rewrite outputs from a results.json")
     parser.add_argument(
+        "--trials",
+        type=int,
+        help=f"reaction trials (default {FULL.trials}; the race against istiod runs a "
+        f"{ISTIOD_TRIALS_SHARE}th as many), for a full run that fits a shorter slot",
+    )
+    parser.add_argument("--join-trials", type=int, help=f"node joins (default {FULL.join_trials})")
+    parser.add_argument(
         "--only",
         help=f"comma-separated parts to (re-)measure over --from-results ({', '.join(PARTS)})",
     )
     args = parser.parse_args(argv)
     doc = args.doc or (args.out / "performance.md" if args.quick else DOC)
     previous = json.loads(args.from_results.read_text()) if args.from_results else None
+    plan = QUICK if args.quick else FULL
+    plan = dataclasses.replace(
+        plan,
+        trials=args.trials or plan.trials,
+        join_trials=args.join_trials or plan.join_trials,
+    )
     if args.only:
         only = {p.strip() for p in args.only.split(",") if p.strip()}
         if not only <= set(PARTS) or previous is None:
             parser.error(f"--only takes parts of {', '.join(PARTS)} and needs --from-results")
-        results = measure(QUICK if args.quick else FULL, args.quick, only, previous)
+        results = measure(plan, args.quick, only, previous)
     elif previous is not None:
         results = previous
     else:
-        results = measure(QUICK if args.quick else FULL, args.quick)
+        results = measure(plan, args.quick)
     for path in write_outputs(results, args.out, doc):
         log(f"wrote {path}")
     return 0
