@@ -36,6 +36,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ambient_operator.kube.client import LIST_PAGE_SIZE
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out"
 DOC = ROOT / "docs" / "performance.md"
@@ -881,7 +883,7 @@ def _reaction_section(results: dict[str, Any]) -> list[str]:
             "share of the p50 is about "
             + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in own.items())
             + f", against a chain floor of {chain * 1000:.0f} ms. That share is the pass "
-            "itself — kopf handing the event over, the pass checking namespaces, the data "
+            "itself — the informer handing the event over, the pass checking namespaces, the data "
             "plane (render for every node, compare every object) and the waypoints, then the "
             "write through the Python client — in one Python process on 2 cores shared with "
             "the whole control plane.",
@@ -1084,15 +1086,14 @@ def _scale_section(results: dict[str, Any]) -> list[str]:
         steady = float(scale.get("rss_steady_kib", 0)) / MIB
         text += [
             "**What limits memory.** The peak comes at start-up, when the operator meets the "
-            "whole cluster at once: kopf hands every Node, Namespace, Service, ConfigMap and "
-            "Gateway to a per-object worker holding the whole object until it idles out "
-            "(0.5 s here); pods bypass kopf (kube/informer.py keeps a few fields of each, "
-            "listed 500 at a time). The resident set stays near the peak afterwards "
-            f"({steady:.0f} MiB after the no-op period): CPython keeps the arenas it freed. "
-            "What the operator keeps for good is every Node whole (render reads labels, "
-            "taints and nodeInfo), a small record per pod, namespaces' labels, its own "
-            "objects and the Gateways. (This attribution is from the code, not from a heap "
-            "profile.)",
+            "whole cluster at once: each kind is listed by its informer a page at a time "
+            f"({LIST_PAGE_SIZE} objects), one page of all of them alive at once. The resident "
+            f"set stays near the peak afterwards ({steady:.0f} MiB after the no-op period): "
+            "CPython and malloc keep the arenas they freed. What the operator keeps for good "
+            "is every Node (render reads labels, taints and nodeInfo), a small record per pod, "
+            "namespaces' labels, its own objects and the Gateways, each without other "
+            "managers' field sets (kube/resources.cached_copy); the memory section below "
+            "measures the holders.",
             "",
         ]
     return text

@@ -9,9 +9,9 @@ kube-apiserver restarted again, so its watch cache, which would otherwise
 still serve the old revisions from memory, starts at the compacted one:
 every watch the operator resumes from a version it saw before is answered
 410 Gone, and each kind must be listed again. What was deleted in the gap
-is reported by no event; kopf's relist does not report it either, which
-the operator's sweep on a relist (kube/sweep.py) makes up for. After the
-operator resumes, and more changes are made, everything it reports and
+is reported by no event; the informers' lists (kube/informer.py) find it
+gone, and each list forgets what a cache holds that it does not
+(app/watches.py). After the operator resumes, and more changes are made, everything it reports and
 writes must match the cluster as it is:
 
 - enrollment lists the pods that exist, not the ones deleted in the gap;
@@ -49,7 +49,7 @@ from test_chaos_waypoints import GW_GROUP, GW_VERSION, _gateway, _programmed, op
 __all__ = ["audit", "istio_env", "kube", "mesh", "operator"]
 
 TIMEOUT = 120.0
-SWEEPS = "ambient_operator_cache_sweeps_total"
+LISTS = "ambient_operator_watch_lists_total"
 GHOSTS = "ambient_operator_cache_ghosts_total"
 # Windows Server 2019: a build the agents do not support, so it is named in status.
 WS2019 = "10.0.17763"
@@ -139,12 +139,8 @@ def test_compaction_under_churn_loses_nothing_and_leaves_nothing_stale(
         )
         wait_for(lambda: old_node in _unsupported(k8s), TIMEOUT, "the WS2019 node named")
         wait_for(lambda: _programmed(custom, gateways) == ["before"], TIMEOUT, "Gateway before")
-        # The first sweep after start-up would find the gap's ghosts by itself.
-        wait_for(
-            lambda: operator.metric(SWEEPS, kind="Node", cause="period") >= 1,
-            TIMEOUT,
-            "the first sweep",
-        )
+        lists = operator.metric(LISTS, kind="Node")
+        assert lists >= 1  # the first list, at start-up
         ghosts = {kind: operator.metric(GHOSTS, kind=kind) for kind in ("Node", "Gateway")}
         assert operator.proc is not None
         operator.proc.send_signal(signal.SIGSTOP)
@@ -191,8 +187,8 @@ def test_compaction_under_churn_loses_nothing_and_leaves_nothing_stale(
         nodes = _status(k8s)["nodes"]
         assert nodes["total"] == len(core.list_node().items), nodes
         assert operator.alive()
-        # Found by the sweep that kopf's relist set off, not by the period (300 s).
-        assert operator.metric(SWEEPS, kind="Node", cause="relist") >= 1
+        # Found by the list after the 410: there is no other.
+        assert operator.metric(LISTS, kind="Node") >= lists + 1
         for kind, before in ghosts.items():
             assert operator.metric(GHOSTS, kind=kind) >= before + 1, kind
 

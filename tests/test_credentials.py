@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,8 @@ from ambient_operator.kube.credentials import (
     load_credentials,
 )
 from ambient_operator.kube.resources import KINDS
-from conftest import unique_name
+from conftest import REPO_ROOT, wait_for
+from operator_harness import AuditLog
 
 NAMESPACE = KINDS[("v1", "Namespace")]
 CA_PEM = b"-----BEGIN CERTIFICATE-----\nnot really\n-----END CERTIFICATE-----\n"
@@ -179,20 +181,29 @@ def test_an_exec_plugin_is_run_with_its_env_and_again_when_its_token_expires(
         "kind": "ExecCredential",
         "spec": {"interactive": False},
     }
-    # The credential had expired already: every use asks the plugin again.
+    # The credential had expired already: every use asks the plugin again...
     got.bearer()
     assert len(_runs(tmp_path)) == 2
+    # ...and kopf's login is one use: its token and its expiry come from one run.
+    info = got.connection_info()
+    assert info.token == "from-plugin"
+    assert info.expiration is not None
+    assert len(_runs(tmp_path)) == 3
 
 
-def test_an_exec_plugin_without_an_expiry_is_run_once(tmp_path: Path) -> None:
+def test_an_exec_plugin_without_an_expiry_is_run_once_until_a_refresh(tmp_path: Path) -> None:
     plugin = _exec_script(tmp_path, {"token": "forever"})
     path = tmp_path / "config"
     path.write_text(
         _config({"exec": {"command": str(plugin), "env": [{"name": "EXTRA", "value": "x"}]}})
     )
     got = load_credentials(str(path))
-    assert [got.bearer(), got.bearer()] == ["forever", "forever"]
+    assert [got.bearer(), got.bearer(), got.connection_info().token] == ["forever"] * 3
     assert len(_runs(tmp_path)) == 1
+    # After a 401 the plugin is asked again, once.
+    got.refresh()
+    assert [got.bearer(), got.bearer()] == ["forever", "forever"]
+    assert len(_runs(tmp_path)) == 2
 
 
 def test_a_failing_exec_plugin_is_an_error_with_its_words(tmp_path: Path) -> None:
@@ -237,38 +248,61 @@ def test_client_certificate_data_from_an_exec_plugin_authenticates(
         kube.close()
 
 
+def _account_token(cluster: LocalCluster, k8s: client.ApiClient, namespace: str, name: str) -> str:
+    """A token of a new ServiceAccount, which RBAC allows nothing."""
+    client.CoreV1Api(k8s).create_namespaced_service_account(namespace, {"metadata": {"name": name}})
+    issued = yaml.safe_load(cluster.serviceaccount_kubeconfig(namespace, name).read_text())
+    token: str = issued["users"][0]["user"]["token"]
+    return token
+
+
 def test_a_401_rereads_a_rotated_token_and_sends_the_request_again(
-    cluster: LocalCluster, k8s: client.ApiClient, tmp_path: Path
+    cluster: LocalCluster, k8s: client.ApiClient, namespace: str, tmp_path: Path
 ) -> None:
-    namespace = unique_name("creds")
-    core = client.CoreV1Api(k8s)
-    core.create_namespace({"metadata": {"name": namespace}})
+    token = _account_token(cluster, k8s, namespace, "reader")
+    token_file = tmp_path / "token"
+    token_file.write_text("an-old-token-the-api-server-refuses")
+    credentials = Credentials(
+        server=cluster.server, ca_file=str(cluster.ca_file), token_file=str(token_file)
+    )
+    kube = Kube(credentials)
     try:
-        core.create_namespaced_service_account(namespace, {"metadata": {"name": "reader"}})
-        issued = yaml.safe_load(cluster.serviceaccount_kubeconfig(namespace, "reader").read_text())
-        token_file = tmp_path / "token"
-        token_file.write_text("an-old-token-the-api-server-refuses")
-        credentials = Credentials(
-            server=cluster.server, ca_file=str(cluster.ca_file), token_file=str(token_file)
-        )
-        kube = Kube(credentials)
-        try:
-            assert credentials.bearer() == "an-old-token-the-api-server-refuses"
-            token_file.write_text(issued["users"][0]["user"]["token"])  # the kubelet rotates it
-            # 403, not 401: the API server knew who we were and only RBAC said no.
-            with pytest.raises(KubeError) as refused:
-                kube.get(NAMESPACE, "default")
-            assert refused.value.status == 403
-            assert f"system:serviceaccount:{namespace}:reader" in refused.value.message
-            token_file.write_text("garbage-again")
-            credentials.refresh()
-            with pytest.raises(KubeError) as unknown:
-                kube.get(NAMESPACE, "default")
-            assert unknown.value.status == 401
-        finally:
-            kube.close()
+        assert credentials.bearer() == "an-old-token-the-api-server-refuses"
+        token_file.write_text(token)  # the kubelet rotates it
+        # 403, not 401: the API server knew who we were and only RBAC said no.
+        with pytest.raises(KubeError) as refused:
+            kube.get(NAMESPACE, "default")
+        assert refused.value.status == 403
+        assert f"system:serviceaccount:{namespace}:reader" in refused.value.message
+        token_file.write_text("garbage-again")
+        credentials.refresh()
+        with pytest.raises(KubeError) as unknown:
+            kube.get(NAMESPACE, "default")
+        assert unknown.value.status == 401
     finally:
-        core.delete_namespace(namespace)
+        kube.close()
+
+
+def test_requests_name_the_operator_and_its_version_in_the_audit_log(
+    cluster: LocalCluster, k8s: client.ApiClient, namespace: str
+) -> None:
+    token = _account_token(cluster, k8s, namespace, "probe")
+    audit = AuditLog(cluster.audit_log)
+    since = audit.mark()
+    kube = Kube(Credentials(server=cluster.server, ca_file=str(cluster.ca_file), token=token))
+    try:
+        with pytest.raises(KubeError):  # refused by RBAC, and audited all the same
+            kube.get(NAMESPACE, "default")
+    finally:
+        kube.close()
+    user = f"system:serviceaccount:{namespace}:probe"
+    version = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
+    agents = wait_for(
+        lambda: [e.get("userAgent") for e in audit.events(since, user=user)] or None,
+        timeout=30,
+        message="the request's audit event",
+    )
+    assert agents == [f"ambient-operator/{version}"]
 
 
 def test_the_operator_never_imports_the_kubernetes_package(tmp_path: Path) -> None:

@@ -16,8 +16,8 @@ from kubernetes import client
 from ambient_devcluster import LocalCluster, api_client_for
 from ambient_operator.kube.client import Kube
 from ambient_operator.kube.credentials import load_credentials
-from ambient_operator.kube.informer import Change, Informer
-from ambient_operator.kube.resources import KINDS
+from ambient_operator.kube.informer import Change, Informer, Listed, ghosts
+from ambient_operator.kube.resources import KINDS, Kind
 from conftest import unique_name, wait_for
 
 CONFIG_MAP = KINDS[("v1", "ConfigMap")]
@@ -29,6 +29,8 @@ class Store:
     def __init__(self) -> None:
         self.items: dict[tuple[str, str], str] = {}
         self.deleted: list[tuple[str, str]] = []
+        self.last_states: list[str | None] = []  # of each deletion, None when unseen
+        self.lists: list[Listed] = []
         self.on_loop = True
         self._lock = threading.Lock()
 
@@ -37,11 +39,15 @@ class Store:
         self.on_loop = self.on_loop and threading.current_thread().name == "test-loop"
         with self._lock:
             for change in changes:
-                if change.record is None:
+                if change.type == "DELETED":
                     self.items.pop(change.key, None)
                     self.deleted.append(change.key)
+                    self.last_states.append(change.record)
                 else:
                     self.items[change.key] = change.record
+
+    def listed(self, listed: Listed) -> None:
+        self.lists.append(listed)
 
     def snapshot(self) -> dict[tuple[str, str], str]:
         with self._lock:
@@ -83,11 +89,17 @@ def test_lists_in_pages_then_follows_changes(
         loop,
         label_selector=f"informer-test={label}",
         page_size=2,  # three pages
+        listed=store.listed,
     )
     informer.start()
     try:
         assert informer.wait_synced(30), "the first list never reached the consumer"
         assert store.snapshot() == {(namespace, f"cm-{i}"): str(i) for i in range(5)}
+        # The end of the list, after its changes: every key, at the list's version.
+        first = core.list_namespaced_config_map(namespace).metadata.resource_version
+        [listed] = store.lists
+        assert listed.keys == {(namespace, f"cm-{i}") for i in range(5)}
+        assert 0 < listed.version <= int(first)
 
         core.create_namespaced_config_map(namespace, _config_map("cm-new", label, "new"))
         core.patch_namespaced_config_map("cm-0", namespace, {"data": {"v": "changed"}})
@@ -98,6 +110,8 @@ def test_lists_in_pages_then_follows_changes(
         want |= {(namespace, "cm-0"): "changed", (namespace, "cm-new"): "new"}
         wait_for(lambda: store.snapshot() == want, 30, f"the store to become {want}")
         assert (namespace, "cm-1") in store.deleted
+        # A deletion the watch reported comes with the object's last state.
+        assert store.last_states == ["1"]
         assert store.on_loop
         assert informer.lists == 1
     finally:
@@ -125,6 +139,7 @@ def test_a_relist_forgets_what_vanished_unseen(
         assert informer.wait_synced(30)
         wait_for(lambda: store.snapshot() == {(namespace, "kept"): "1"}, 30, "the relist")
         assert (namespace, "gone") in store.deleted
+        assert store.last_states == [None]  # never seen going: no last state
     finally:
         informer.stop()
 
@@ -202,3 +217,103 @@ def test_stop_tolerates_a_watch_that_closed_meanwhile(loop: asyncio.AbstractEven
     )
     informer._response = Closed()  # type: ignore[assignment]
     informer.stop()  # no exception
+
+
+def test_ghosts_are_cached_unlisted_and_not_newer_than_the_list() -> None:
+    def at(version: int | str) -> dict[str, Any]:
+        return {"metadata": {"resourceVersion": str(version)}}
+
+    cached = {
+        ("ns", "listed"): at(5),
+        ("ns", "gone"): at(7),  # last seen before the list: deleted unseen
+        ("ns", "newer"): at(12),  # seen after the list was taken: kept
+        ("ns", "no-version"): {"metadata": {}},  # nothing to compare: kept
+        ("ns", "at-the-list"): at(10),
+    }
+    listed = Listed(frozenset({("ns", "listed")}), 10)
+    assert ghosts(cached, listed) == [("ns", "at-the-list"), ("ns", "gone")]
+
+
+def test_a_kind_served_later_is_listed_and_watched_once_it_is(
+    cluster: LocalCluster, k8s: client.ApiClient, loop: asyncio.AbstractEventLoop
+) -> None:
+    """Gateway API installed after the operator started: its kind is asked for again."""
+    group = f"{unique_name('later').replace('-', '')}.example.com"
+    kind = Kind(f"{group}/v1", "Widget", "widgets", namespaced=False)
+    store = Store()
+    kube = _CountingLists(load_credentials(str(cluster.kubeconfig)))
+    informer: Informer[str] = Informer(
+        kube,
+        kind,
+        lambda obj: str((obj.get("spec") or {}).get("v")),
+        store.deliver,
+        loop,
+        listed=store.listed,
+        not_served_seconds=0.2,
+    )
+    informer.start()
+    extensions = client.ApiextensionsV1Api(k8s)
+    try:
+        # Not served: listed as empty, so a start-up waiting for it is not held up.
+        assert informer.wait_synced(30)
+        assert store.lists[0].keys == frozenset()
+        wait_for(lambda: kube.lists >= 3, 30, "the kind asked for again")
+        extensions.create_custom_resource_definition(
+            {
+                "metadata": {"name": f"widgets.{group}"},
+                "spec": {
+                    "group": group,
+                    "scope": "Cluster",
+                    "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                    "versions": [
+                        {
+                            "name": "v1",
+                            "served": True,
+                            "storage": True,
+                            "schema": {
+                                "openAPIV3Schema": {
+                                    "type": "object",
+                                    "x-kubernetes-preserve-unknown-fields": True,
+                                }
+                            },
+                        }
+                    ],
+                },
+            }
+        )
+        custom = client.CustomObjectsApi(k8s)
+        wait_for(
+            lambda: _created(custom, group, {"metadata": {"name": "w"}, "spec": {"v": 1}}),
+            30,
+            "the CRD served",
+        )
+        wait_for(lambda: store.snapshot() == {("", "w"): "1"}, 30, "the widget listed")
+        # Asked for every 0.2 s meanwhile, but told of two lists only: the one
+        # that found the kind missing, and the first once it was served.
+        assert len(store.lists) == 2, store.lists
+        custom.patch_cluster_custom_object(group, "v1", "widgets", "w", {"spec": {"v": 2}})
+        wait_for(lambda: store.snapshot() == {("", "w"): "2"}, 30, "the widget watched")
+    finally:
+        informer.stop()
+        extensions.delete_custom_resource_definition(f"widgets.{group}")
+
+
+class _CountingLists(Kube):
+    """A Kube that counts the list requests made through it."""
+
+    lists = 0
+
+    def pages(self, *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        self.lists += 1
+        return super().pages(*args, **kwargs)
+
+
+def _created(custom: Any, group: str, body: dict[str, Any]) -> bool:
+    try:
+        body = {"apiVersion": f"{group}/v1", "kind": "Widget", **body}
+        custom.create_cluster_custom_object(group, "v1", "widgets", body)
+    except client.ApiException as exc:
+        if exc.status == 404:  # not served yet
+            return False
+        raise
+    return True

@@ -284,8 +284,11 @@ class InProcess:
         op = Operator(options)
 
         async def prime_and_pass() -> None:
-            await op.prime()
-            await op.dataplane.reconcile()
+            try:
+                await op.prime()
+                await op.dataplane.reconcile()
+            finally:
+                await op.stop_watching()
 
         asyncio.run(prime_and_pass())
         self.passes += 1

@@ -19,7 +19,7 @@ from ambient_operator.apply.plan import Owner, prepare
 from ambient_operator.apply.writer import NameConflictError, prune, write, write_by_name
 from ambient_operator.kube.client import Kube, KubeError
 from ambient_operator.kube.credentials import load_credentials
-from ambient_operator.kube.resources import KINDS
+from ambient_operator.kube.resources import KINDS, cached_copy
 from conftest import unique_name
 
 MESH = Owner("ambientoperator.io/v1alpha1", "AmbientMesh", "default", "uid-mesh")
@@ -280,3 +280,46 @@ def test_write_by_name_creates_updates_and_refuses_a_namesake(
         write_by_name(kube, prepare(_config_map(namespace, "ours", {"a": "3"}), None, "t"), made)
     assert stale.value.status == 409
     assert core.read_namespaced_config_map("ours", namespace).data == {"a": "2"}
+
+
+def test_a_cached_copy_keeps_every_manager_and_only_our_field_sets() -> None:
+    live = {
+        "kind": "Deployment",
+        "metadata": {
+            "name": "d",
+            "managedFields": [
+                {"manager": c.FIELD_MANAGER, "operation": "Apply", "fieldsV1": {"f:spec": {}}},
+                {"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:metadata": {}}},
+            ],
+        },
+        "spec": {"replicas": 2},
+    }
+    kept = cached_copy(live)
+    assert kept["metadata"]["managedFields"] == [
+        {"manager": c.FIELD_MANAGER, "operation": "Apply", "fieldsV1": {"f:spec": {}}},
+        {"manager": "kubectl", "operation": "Update"},
+    ]
+    assert kept["spec"] == {"replicas": 2} and kept["spec"] is not live["spec"]
+    # What ownership reads is all there.
+    assert conflict(kept, None) == conflict(live, None)
+
+
+def test_a_claim_from_a_cached_copy_keeps_the_fields_of_other_managers(
+    kube: Kube, k8s: client.ApiClient, namespace: str, owner: Owner
+) -> None:
+    """The claim writes managedFields back: from the object as it is, not the cache's copy."""
+    core = client.CoreV1Api(k8s)
+    body = prepare(_config_map(namespace, "cm", {"a": "1", "b": "2"}), owner, "test")
+    core.create_namespaced_config_map(namespace, body, field_manager=c.FIELD_MANAGER)
+    core.patch_namespaced_config_map(
+        "cm", namespace, {"metadata": {"labels": {"team": "x"}}}, field_manager="team-tool"
+    )
+    live = kube.get(KINDS[("v1", "ConfigMap")], "cm", namespace)
+    assert live is not None
+    cached = cached_copy(live)
+    second = prepare(_config_map(namespace, "cm", {"a": "1"}), owner, "test")
+    written = write(kube, second, cached, owner)
+    assert written["data"] == {"a": "1"}
+    assert _our_managers(written) == [(c.FIELD_MANAGER, "Apply")]
+    [theirs] = [m for m in written["metadata"]["managedFields"] if m["manager"] == "team-tool"]
+    assert theirs["fieldsV1"] == {"f:metadata": {"f:labels": {"f:team": {}}}}

@@ -46,15 +46,16 @@ NODES = Gauge(
     "Nodes by OS, Windows build and whether the data plane supports them.",
     ["os", "build", "supported"],
 )
-CACHE_SWEEPS = Counter(
-    "ambient_operator_cache_sweeps_total",
-    "Lists of a cached kind to find what was deleted unseen, by kind and cause "
-    "(period, or relist: its watch listed it again, after a 410 or a broken stream).",
-    ["kind", "cause"],
+WATCH_LISTS = Counter(
+    "ambient_operator_watch_lists_total",
+    "Complete lists of a watched kind, by kind: the first, then one after each "
+    "expired watch (410), and one when a kind comes to be served or stops being served.",
+    ["kind"],
 )
 CACHE_GHOSTS = Counter(
     "ambient_operator_cache_ghosts_total",
-    "Cached objects forgotten by a sweep: deleted while no watch reported it, by kind.",
+    "Cached objects forgotten because a list no longer held them: deleted while "
+    "no watch reported it, by kind.",
     ["kind"],
 )
 EVENTS_POSTED = Counter(

@@ -1,8 +1,9 @@
-"""`ambient-operator run`: kopf watches feed the caches; the loops reconcile.
+"""`ambient-operator run`: informers feed the caches; the loops reconcile.
 
-kopf is used for what it does well (watch streams, liveness, admission);
-its handlers only record what they see and pull a trigger (the watch
-table: cluster/watches.py, app/watches.py). Two loops of one kind
+The watch table (cluster/watches.py) is listed and watched by the
+operator's informers (app/watches.py, kube/informer.py); each event only
+records what the caches keep and pulls a trigger. kopf runs the process:
+start-up and clean-up, liveness and the admission webhook. Two loops of one kind
 (runtime/loop.py) make the passes: the operator's (namespaces, data plane,
 waypoints, the webhook's misses) and the waypoints' own short one.
 """
@@ -15,18 +16,15 @@ import logging
 import os
 import socket
 import sys
+import time
 import uuid
 from typing import Any
 
 import kopf
 
-from ambient_operator.api import constants as c
 from ambient_operator.api.metrics import serve as serve_metrics
-from ambient_operator.app.kopf_glue import NoDiffBase
 from ambient_operator.app.options import CNI_RBAC_BY_OPERATOR, Options
-from ambient_operator.app.watches import prime as prime_watches
-from ambient_operator.app.watches import register as register_watches
-from ambient_operator.app.watches import sweep_targets
+from ambient_operator.app.watches import Watches
 from ambient_operator.app.waypoints import register as register_waypoints
 from ambient_operator.app.webhook import register as register_webhook
 from ambient_operator.app.webhook import start as start_webhook
@@ -36,10 +34,9 @@ from ambient_operator.cluster.watches import state_watches
 from ambient_operator.controllers.dataplane import DataplaneController
 from ambient_operator.controllers.namespaces import NamespaceChecker
 from ambient_operator.controllers.waypoints import placement_of
-from ambient_operator.kube.client import LIST_PAGE_SIZE, Kube
+from ambient_operator.kube.client import Kube
 from ambient_operator.kube.credentials import load_credentials
 from ambient_operator.kube.informer import Informer
-from ambient_operator.kube.sweep import Sweeps
 from ambient_operator.runtime.leader import LeaderElector
 from ambient_operator.runtime.loop import ReconcileLoop, Timing
 from ambient_operator.status.events import EventRecorder
@@ -47,13 +44,8 @@ from ambient_operator.webhook.misses import MissTracker
 
 log = logging.getLogger(__name__)
 SWITCH_INTERVAL_SECONDS = 0.0005
-# The pod informer's first list, which the first pass waits for.
+# The informers' first lists, which the first pass waits for.
 PRIME_SECONDS = 120.0
-# kopf lists every kind again once start-up is done; the first sweep (kube/sweep.py)
-# comes after those lists, so what was deleted between them and ours is forgotten.
-FIRST_SWEEP_SECONDS = 5.0
-# Every handler of these kinds (here and in waypoints/) filters on our labels.
-SELF_ONLY_PLURALS = ("daemonsets", "serviceaccounts", "clusterroles", "clusterrolebindings")
 
 
 class Operator:
@@ -115,13 +107,7 @@ class Operator:
             *self.waypoints.watches(),
             *self.webhook.watches(),
         ]
-        self.sweeps = Sweeps(
-            self.kube,
-            lambda: sweep_targets(self.watches),
-            FIRST_SWEEP_SECONDS,
-            options.resync_seconds,
-        )
-        register_watches(self.registry, self.watches, self.sweeps.relisted)
+        self.watching = Watches(self.kube, self.watches)
         self.loop = ReconcileLoop(
             "reconcile",
             self.state,
@@ -153,12 +139,18 @@ class Operator:
         reg = self.registry
         state = self.state
 
+        logins = 0
+
         @kopf.on.login(registry=reg)
         def login(**_: Any) -> kopf.ConnectionInfo:
             # A custom registry has no default login. kopf logs in again on a 401
             # and at the expiration given: the same credentials answer the token
-            # the REST client sends now.
-            self.credentials.refresh()
+            # the REST client sends now. The first login takes the credential the
+            # client already has; every later one comes after a 401 or a lapse.
+            nonlocal logins
+            if logins:
+                self.credentials.refresh()
+            logins += 1
             info: kopf.ConnectionInfo = self.credentials.connection_info()
             return info
 
@@ -166,47 +158,19 @@ class Operator:
         async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
             state.loop = asyncio.get_running_loop()
             settings.posting.enabled = False  # we post our own, deduplicated Events
-            settings.watching.server_timeout = 300
-            settings.watching.client_timeout = 330
             settings.networking.request_timeout = 30
-            # kopf lists each kind in one response unless told otherwise: at a
-            # restart that is every pod of the cluster parsed at once, and the
-            # heap it grows stays the process's for good (a third of its peak
-            # RSS at 6,000 pods). In pages, one page at a time is alive.
-            settings.watching.chunk_size = LIST_PAGE_SIZE
-            # kopf keeps a worker per object, holding its last body, until it
-            # idles out; thousands of pods at start-up would otherwise stay
-            # whole in memory for 5 s. The handlers only copy what they need.
-            settings.queueing.idle_timeout = 0.5
-            settings.persistence.diffbase_storage = NoDiffBase()
-            # Kinds only ever watched for our own objects: let the API server
-            # filter, so 1,000 namespaces' default ServiceAccounts never reach us.
-            for plural in SELF_ONLY_PLURALS:
-                settings.watching.label_selectors[plural] = f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY}"
-            settings.persistence.finalizer = (
-                "ambientoperator.io/unused"  # never added: no such handlers
-            )
             self.dataplane.kube_version = await asyncio.to_thread(self._kube_version)
 
         @kopf.on.startup(registry=reg)
         async def start_loop(memo: kopf.Memo, **_: Any) -> None:
             # Fill the caches before the first reconcile: a pass over half-loaded
             # caches would prune the agents of nodes not seen yet.
-            state.loop = asyncio.get_running_loop()  # the pod informer pokes from its thread
-            if self.pod_informer is None:  # kopf retries a failed start-up handler
-                feed = PodFeed(state, self.pod_consumers())
-                self.pod_informer = feed.informer(self.kube, state.loop)
-                self.pod_informer.start()
             await self.prime()
             await start_webhook(self.webhook, memo)
             memo["waypoints"] = asyncio.create_task(
                 self.waypoints.loop(self.leading).run(), name="waypoints-loop"
             )
             memo["loop"] = asyncio.create_task(self.loop.run(), name="reconcile-loop")
-            memo["sweep"] = asyncio.create_task(
-                self.sweeps.run(),
-                name="cache-sweep",
-            )
             if self.elector is not None:
                 memo["elector"] = asyncio.create_task(
                     self.elector.run(lambda _leading: state.poke()), name="leader-election"
@@ -214,7 +178,7 @@ class Operator:
 
         @kopf.on.cleanup(registry=reg)
         async def stop_loop(memo: kopf.Memo, **_: Any) -> None:
-            for key in ("loop", "sweep", "elector"):
+            for key in ("loop", "elector"):
                 task = memo.get(key)
                 if task is not None:
                     task.cancel()
@@ -222,26 +186,46 @@ class Operator:
                         await task
             if self.elector is not None:
                 await asyncio.to_thread(self.elector.release)
-            if self.pod_informer is not None:
-                await asyncio.to_thread(self.pod_informer.stop)
+            await self.stop_watching()
+
+    def start_watching(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the informers, the watch table's and the pods', once (kopf retries start-up)."""
+        self.state.loop = loop  # the informers hand their events to it
+        if self.pod_informer is None:
+            self.pod_informer = PodFeed(self.state, self.pod_consumers()).informer(self.kube, loop)
+            self.pod_informer.start()
+        self.watching.start(loop)
+
+    async def stop_watching(self) -> None:
+        """Stop every informer."""
+        await asyncio.to_thread(self.watching.stop)
+        if self.pod_informer is not None:
+            await asyncio.to_thread(self.pod_informer.stop)
+            self.pod_informer = None
 
     async def prime(self) -> None:
-        """Fill every cache of the watch table before the first pass of either loop.
+        """Start watching, and wait until every cache holds a complete list.
 
         A pass over half-loaded caches would prune the agents of nodes not
-        seen yet, or warn about a waypoint Gateway not listed yet.
+        seen yet, or warn about a waypoint Gateway not listed yet; and the
+        first pass must count every pod (and every missed one): a lower
+        count would be written to the status and raised again moments later.
         """
+        self.start_watching(asyncio.get_running_loop())
         await asyncio.to_thread(self.events.load)
-        await prime_watches(self.kube, self.watches)
-        # The first pass must count every pod (and every missed one): a lower
-        # count would be written to the status and raised again moments later.
-        informer = self.pod_informer
-        if informer is not None and not await asyncio.to_thread(
-            informer.wait_synced, PRIME_SECONDS
-        ):
-            raise RuntimeError(f"pods not listed within {PRIME_SECONDS:.0f}s")
+        late = await asyncio.to_thread(self._wait_synced)
+        if late:
+            raise RuntimeError(f"not listed within {PRIME_SECONDS:.0f}s: {', '.join(late)}")
         self.waypoints.mark_primed()
         self.state.poke()
+
+    def _wait_synced(self) -> list[str]:
+        deadline = time.monotonic() + PRIME_SECONDS
+        late = self.watching.wait_synced(PRIME_SECONDS)
+        pods = self.pod_informer
+        if pods is not None and not pods.wait_synced(max(0.0, deadline - time.monotonic())):
+            late.append(pods.kind.plural)
+        return late
 
     def _kube_version(self) -> str:
         info = self.kube.request("GET", "/version")

@@ -178,7 +178,15 @@ def write(
         if live is None:
             raise KubeError(409, "Conflict", f"{describe(obj)} changed while we wrote it")
     if _as_applied(list(live["metadata"].get("managedFields") or [])) is not None:
-        live = claim_for_apply(kube, live)
+        # A cache keeps other managers' entries without their fields
+        # (kube/resources.cached_copy): the claim writes them back, so it is
+        # made from the object as the API server holds it.
+        fresh = _read(kube, live)
+        if fresh is not None:
+            why = conflict(fresh, owner)
+            if why is not None:
+                raise NameConflictError(why)
+            live = claim_for_apply(kube, fresh)
     for attempt in range(2):
         body = copy.deepcopy(dict(obj))
         body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]

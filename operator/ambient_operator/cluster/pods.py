@@ -60,7 +60,7 @@ class PodFeed:
         pods = self.state.pods
         changed = False
         for change in changes:
-            record = change.record
+            record = None if change.type == "DELETED" else change.record
             if record is None:
                 changed = pods.pop(change.key, None) is not None or changed
             elif pods.get(change.key) != record.summary:

@@ -1,11 +1,10 @@
-"""Every cache a watch keeps, declared as one table: what is watched, listed, swept and kept.
+"""Every cache a watch keeps, declared as one table: what is watched and kept.
 
 A `Watched` row names one kind and everything the operator does with it:
-the watch's filters, what the first list at start-up and each sweep
-(kube/sweep.py) ask for, and `record`, the one function that turns an
-event into the cache's entry and wakes whoever reads it. The app layer
-registers every row with kopf, lists every row once before the first
-pass and sweeps every row; nothing else fills a cache.
+the watch's filters, and `record`, the one function that turns an event
+into the cache's entry and wakes whoever reads it. The app layer lists and
+watches every row's kind with an informer (app/watches.py), whose first
+list fills the caches before the first pass; nothing else fills a cache.
 
 `state_watches` is the table of `ClusterState`'s caches; the waypoint
 controller adds its rows (controllers/waypoints/priming.py).
@@ -13,18 +12,16 @@ controller adds its rows (controllers/waypoints/priming.py).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ambient_operator.api import constants as c
 from ambient_operator.cluster.state import ClusterState
-from ambient_operator.kube.client import Kube, KubeError
-from ambient_operator.kube.resources import KINDS, Kind, key_of
-from ambient_operator.kube.sweep import Key, Target
+from ambient_operator.kube.resources import KINDS, Kind, cached_copy, key_of
 
 Record = Callable[[str | None, Mapping[str, Any]], None]
+Key = tuple[str, str]
 MANAGED = {c.LABEL_MANAGED_BY: c.MANAGED_BY}
 
 
@@ -40,56 +37,11 @@ class Watched:
     labels: Mapping[str, str | None] | None = None
     # ...and a test of (name, namespace, labels) made on every event.
     when: Callable[[str, str, Mapping[str, str]], bool] | None = None
-    # What the first list and the sweeps select; by default the watch's labels.
-    # A watch may see more than it lists (to see a label being removed).
-    list_selector: str | None = None
-    # One object by name (the AmbientMesh): listed by GET, swept by field selector.
-    name: str | None = None
-    # For the sweeps: the cache as {(namespace, name): object}, and how to forget
-    # an entry as a deletion would. None: not swept.
+    # The cache as {(namespace, name): object}, and how to forget an entry as a
+    # deletion would: what a complete list no longer holds is forgotten. None:
+    # the row keeps nothing a deletion event would not reach.
     cached: Callable[[], Mapping[Key, Mapping[str, Any]]] | None = None
     forget: Callable[[Key], None] | None = None
-    # False when the events come from elsewhere (pods: cluster/pods.py's informer).
-    watched: bool = True
-
-    @property
-    def selector(self) -> str | None:
-        """The label selector of the first list and of the sweeps."""
-        if self.list_selector is not None or not self.labels:
-            return self.list_selector
-        return ",".join(k if v is None else f"{k}={v}" for k, v in sorted(self.labels.items()))
-
-    def target(self) -> Target | None:
-        """This row as a sweep target, when it is swept."""
-        if self.cached is None or self.forget is None:
-            return None
-        return Target(
-            self.kind,
-            self.cached,
-            self.forget,
-            label_selector=self.selector,
-            field_selector=f"metadata.name={self.name}" if self.name else None,
-        )
-
-
-def list_all(kube: Kube, table: Sequence[Watched]) -> list[tuple[Watched, list[dict[str, Any]]]]:
-    """List every row once (blocking: run it in a thread); kinds not served are skipped."""
-    listings: list[tuple[Watched, list[dict[str, Any]]]] = []
-    for row in table:
-        try:
-            if row.name is not None:
-                found = kube.get(row.kind, row.name)
-                items = [found] if found is not None else []
-            else:
-                items = kube.list(row.kind, label_selector=row.selector)
-        except KubeError as exc:
-            if exc.status == 404:  # not served (Gateway API not installed): nothing to know
-                continue
-            raise
-        if row.when is not None:
-            items = [obj for obj in items if row.when(*_identity(obj))]
-        listings.append((row, items))
-    return listings
 
 
 def _identity(obj: Mapping[str, Any]) -> tuple[str, str, Mapping[str, str]]:
@@ -141,7 +93,7 @@ def namespace_entry(ns: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Namespace",
-        # The version tells a sweep whether the entry is older than its list.
+        # The version tells a list whether the entry is older than it (app/watches.py).
         "metadata": {
             "name": meta.get("name"),
             "uid": meta.get("uid"),
@@ -178,7 +130,7 @@ def state_watches(state: ClusterState, owned_kinds: Sequence[tuple[str, str]]) -
     """
 
     def record_mesh(event: str | None, body: Mapping[str, Any]) -> None:
-        state.mesh = None if event == "DELETED" else copy.deepcopy(dict(body))
+        state.mesh = None if event == "DELETED" else cached_copy(body)
         state.poke()
 
     def record_node(event: str | None, body: Mapping[str, Any]) -> None:
@@ -187,7 +139,7 @@ def state_watches(state: ClusterState, owned_kinds: Sequence[tuple[str, str]]) -
             state.nodes.pop(name, None)
             state.poke()
             return
-        node = copy.deepcopy(dict(body))
+        node = cached_copy(body)
         old = state.nodes.get(name)
         state.nodes[name] = node
         if old is None or node_shape(old) != node_shape(node):
@@ -210,13 +162,13 @@ def state_watches(state: ClusterState, owned_kinds: Sequence[tuple[str, str]]) -
             if event == "DELETED":
                 cache.pop(_nskey(body), None)
             else:
-                cache[_nskey(body)] = copy.deepcopy(dict(body))
+                cache[_nskey(body)] = cached_copy(body)
             state.poke()
 
         return record
 
     def record_owned(event: str | None, body: Mapping[str, Any]) -> None:
-        obj = copy.deepcopy(dict(body))
+        obj = cached_copy(body)
         before = state.owned.get(key_of(obj))
         if not state.remember_owned(obj, deleted=event == "DELETED"):
             return  # a late event: a write's response told us more
@@ -261,7 +213,6 @@ def state_watches(state: ClusterState, owned_kinds: Sequence[tuple[str, str]]) -
             KINDS[(f"{c.API_GROUP}/{c.API_VERSION}", c.KIND)],
             record_mesh,
             when=lambda name, _ns, _labels: name == c.MESH_NAME,
-            name=c.MESH_NAME,
             cached=lambda: {("", c.MESH_NAME): state.mesh} if state.mesh else {},
             forget=forget_mesh,
         ),

@@ -7,6 +7,7 @@ to the API server comes from `kube/credentials.py`.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -20,6 +21,17 @@ from ambient_operator.kube.credentials import Credentials
 from ambient_operator.kube.resources import InvalidNameError, Kind, kind_of
 
 _WRITES = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+def _user_agent() -> str:
+    # Names our requests in the API server's audit log and its metrics.
+    try:
+        return f"ambient-operator/{importlib.metadata.version('ambient-operator')}"
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree not installed
+        return "ambient-operator"
+
+
+USER_AGENT = _user_agent()
 
 
 class KubeError(Exception):
@@ -67,10 +79,14 @@ def _collection(kind: Kind, namespace: str | None) -> str:
         raise KubeError.invalid(exc) from None
 
 
-# Controllers run API calls in a thread pool; give urllib3 room for them.
-POOL_SIZE = 16
-# Items per list response, ours and kopf's: one page is what is parsed at once.
-LIST_PAGE_SIZE = 500
+# API calls come from the waypoints' 16 workers, asyncio's default executor and
+# the webhook's thread at once: a connection returned to a full pool is closed,
+# and the next call pays a TLS handshake ("Connection pool is full" in the log
+# at 200 waypoints with 16).
+POOL_SIZE = 32
+STREAM_POOL_SIZE = 32
+# Items per list response: one page is what is parsed at once.
+LIST_PAGE_SIZE = 250
 
 
 class Kube:
@@ -85,13 +101,18 @@ class Kube:
         self.credentials = credentials
         self.field_manager = field_manager
         self.timeout = timeout
-        self._pool = urllib3.PoolManager(
-            maxsize=POOL_SIZE, ssl_context=credentials.ssl_context(), retries=False
+        tls = credentials.ssl_context()
+        self._pool = urllib3.PoolManager(maxsize=POOL_SIZE, ssl_context=tls, retries=False)
+        # A watch holds its connection for minutes: one per watched kind, kept
+        # apart so that they never take the requests' connections.
+        self._streams = urllib3.PoolManager(
+            maxsize=STREAM_POOL_SIZE, ssl_context=tls, retries=False
         )
 
     def close(self) -> None:
         """Close the pooled connections."""
         self._pool.clear()
+        self._streams.clear()
 
     def _send(
         self,
@@ -117,14 +138,14 @@ class Kube:
             url += "?" + urlencode(params)
         payload = None if body is None else json.dumps(body).encode()
         for attempt in (1, 2):
-            headers = {"Accept": "application/json"}
+            headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
             if payload is not None:
                 headers["Content-Type"] = content_type
             token = self.credentials.bearer()
             if token:
                 headers["Authorization"] = f"Bearer {token}"
             try:
-                response = self._pool.request(
+                response = (self._streams if stream else self._pool).request(
                     method,
                     url,
                     body=payload,
@@ -156,12 +177,13 @@ class Kube:
         )
         status = int(response.status)
         metrics.API_REQUESTS.labels(method=method, code=f"{status // 100}xx").inc()
-        text = (response.data or b"").decode(errors="replace")
+        data = response.data or b""
         if status >= 400:
-            raise KubeError.from_body(status, response.reason or "", text)
+            raise KubeError.from_body(status, response.reason or "", data.decode(errors="replace"))
         if method in _WRITES:
             metrics.API_WRITES.labels(method=method).inc()
-        return json.loads(text) if text else None
+        # From the bytes: a decoded copy of a 3 MB page would be alive beside them.
+        return json.loads(data) if data else None
 
     def open_stream(
         self, path: str, query: Iterable[tuple[str, str]], read_timeout: float
@@ -207,11 +229,7 @@ class Kube:
         """Every object of a kind (in one namespace, or everywhere)."""
         query = [("labelSelector", label_selector)] if label_selector else []
         result = self.request("GET", _collection(kind, namespace), query=query)
-        items: list[dict[str, Any]] = result.get("items", [])
-        for item in items:  # lists leave out the type fields of their items
-            item.setdefault("apiVersion", kind.api_version)
-            item.setdefault("kind", kind.kind)
-        return items
+        return _typed(kind, result.get("items", []))
 
     def pages(
         self,
@@ -221,7 +239,10 @@ class Kube:
         page_size: int = LIST_PAGE_SIZE,
         field_selector: str | None = None,
     ) -> Iterator[dict[str, Any]]:
-        """The list responses of a kind, `page_size` items each (the last carries its version)."""
+        """The list responses of a kind, `page_size` items each (the last carries its version).
+
+        Their items carry their type fields, as `list`'s do.
+        """
         token = ""
         while True:
             query = [("limit", str(page_size))]
@@ -232,8 +253,11 @@ class Kube:
             if token:
                 query.append(("continue", token))
             page: dict[str, Any] = self.request("GET", _collection(kind, namespace), query=query)
-            yield page
+            _typed(kind, page.get("items", []))
+            # Read before the caller has the page: it may clear it to free its items.
             token = (page.get("metadata") or {}).get("continue") or ""
+            yield page
+            del page
             if not token:
                 return
 
@@ -247,10 +271,7 @@ class Kube:
     ) -> Iterator[dict[str, Any]]:
         """Like `list`, a page at a time: memory stays flat however many objects exist."""
         for page in self.pages(kind, namespace, label_selector, page_size, field_selector):
-            for item in page.get("items", []):
-                item.setdefault("apiVersion", kind.api_version)
-                item.setdefault("kind", kind.kind)
-                yield item
+            yield from page.get("items", [])
 
     def apply(
         self, obj: Mapping[str, Any], *, force: bool = True, field_manager: str | None = None
@@ -333,3 +354,11 @@ class Kube:
                 return False
             raise
         return True
+
+
+def _typed(kind: Kind, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # Lists leave out the type fields of their items; callers key on them.
+    for item in items:
+        item.setdefault("apiVersion", kind.api_version)
+        item.setdefault("kind", kind.kind)
+    return items

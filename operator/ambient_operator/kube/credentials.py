@@ -99,6 +99,9 @@ class Credentials:
     def expiration(self) -> datetime.datetime | None:
         """When the current credential lapses (exec plugins only), for kopf's re-login."""
         self.bearer()
+        return self._lapse()
+
+    def _lapse(self) -> datetime.datetime | None:
         if self._expires is None:
             return None
         left = self._expires - time.monotonic()
@@ -108,11 +111,9 @@ class Credentials:
         """Forget the cached token: the API server answered 401 to it."""
         with self._lock:
             if self.token_file or self.exec_plugin:
-                self._read_at = 0.0
+                self._read_at = 0.0  # an exec plugin runs again at the next bearer()
                 if self.token_file:
-                    self.token = None
-                else:
-                    self._expires = time.monotonic()
+                    self.token = None  # read again however young the machine's clock
 
     def _run_exec(self, now: float) -> None:
         plugin = self.exec_plugin
@@ -192,7 +193,7 @@ class Credentials:
             certificate_data=self.cert_data,
             private_key_path=self.key_file,
             private_key_data=self.key_data,
-            expiration=self.expiration(),
+            expiration=self._lapse(),  # of the token just read
         )
 
 

@@ -1,13 +1,13 @@
-"""List and watch one kind on a thread of its own, handing small records to the event loop.
+"""List and watch one kind on a thread of its own, handing records to the event loop.
 
-kopf runs every watch event through a per-object worker: cause detection,
-diff bases, deep copies of the body, and the body kept until the worker
-idles out. For pods, the busiest stream of any cluster, that was most of the
-operator's CPU under pod churn (a profile during bench/webhook_latency.py:
-about 60 % of the event loop's samples) and its start-up memory peak, while
-the operator keeps only a few fields per pod. This reader parses the stream
-itself, turns each object into a small record on its own thread, and hands
-the records to the event loop in batches, so whole objects never queue.
+Every kind the operator caches is read this way (app/watches.py for the
+watch table, cluster/pods.py for pods). The stream is parsed here, each
+object turned into a record on this thread (for pods, a few fields; for
+the table's rows, the object, which each row copies what it keeps of),
+and the records reach the event loop in batches. kopf's watches, used
+before, ran every event through a per-object worker that held the body
+through its handlers: most of the operator's CPU under pod churn, and at
+a restart every object of the cluster alive at once.
 
 The semantics are an informer's: a paged list, then a watch from the list's
 resourceVersion with bookmarks; a broken connection resumes the watch from
@@ -29,7 +29,7 @@ from typing import Any, Generic, TypeVar
 import urllib3
 
 from ambient_operator.kube.client import LIST_PAGE_SIZE, Kube, KubeError
-from ambient_operator.kube.resources import Kind
+from ambient_operator.kube.resources import Kind, resource_version
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -39,19 +39,54 @@ WATCH_SECONDS = 300
 # Bookmarks arrive about once a minute: silence for this long is a dead connection.
 READ_TIMEOUT_SECONDS = WATCH_SECONDS + 30.0
 RETRY_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)
+# A kind not served yet (Gateway API not installed) is asked for again this often.
+NOT_SERVED_SECONDS = 10.0
+# How long a list waits for the event loop to take a page before the next one.
+DELIVERY_WAIT_SECONDS = 10.0
+# Held by every informer of the process for one page of a list (see _list).
+_LISTING = threading.Lock()
 
 
 @dataclass(frozen=True)
 class Change(Generic[T]):
-    """One object added, modified or deleted; `record` is None for a deletion."""
+    """One object added, modified or deleted.
+
+    A deletion's `record` is that of the object's last state, or None when
+    a list found it gone (its last state was never seen).
+    """
 
     type: str
     key: Key
     record: T | None
 
 
+@dataclass(frozen=True)
+class Listed:
+    """The end of a complete list: every key it held, and its resourceVersion."""
+
+    keys: frozenset[Key]
+    version: int
+
+
 class _ExpiredError(Exception):
     """The resourceVersion we watch from is too old: list again."""
+
+
+class _NotServedError(Exception):
+    """The kind is not served (its CRD is not installed): ask again later."""
+
+
+def ghosts(cached: Mapping[Key, Mapping[str, Any]], listed: Listed) -> list[Key]:
+    """Keys cached, absent from a list, and last seen at or before it: deleted unseen. Pure.
+
+    A cache may hold what no event told its informer (a write's response);
+    anything seen after the list was taken is newer than it, and kept.
+    """
+    return sorted(
+        key
+        for key, obj in cached.items()
+        if key not in listed.keys and 0 < resource_version(obj) <= listed.version
+    )
 
 
 def key_of(obj: Mapping[str, Any]) -> Key:
@@ -81,7 +116,10 @@ class Informer(Generic[T]):
 
     `record` runs on the informer's thread and must be pure: it turns a whole
     object into what the consumer keeps. `deliver` runs on the event loop
-    with a batch of changes, in the order the API server sent them.
+    with a batch of changes, in the order the API server sent them; `listed`,
+    when given, runs there after the changes of each complete list. A kind
+    that is not served counts as listed and empty, and is asked for again
+    every `not_served_seconds`.
     """
 
     def __init__(
@@ -94,21 +132,27 @@ class Informer(Generic[T]):
         *,
         label_selector: str | None = None,
         page_size: int = LIST_PAGE_SIZE,
+        listed: Callable[[Listed], None] | None = None,
+        not_served_seconds: float = NOT_SERVED_SECONDS,
     ) -> None:
         self.kube = kube
         self.kind = kind
         self.record = record
         self.deliver = deliver
+        self.listed = listed
+        self.not_served_seconds = not_served_seconds
         self.loop = loop
         self.label_selector = label_selector
         self.page_size = page_size
         self.synced = threading.Event()
         self.lists = 0  # how many times the whole kind was listed (1 + relists)
+        self._served = True  # whether the last list found the kind served
         self._known: set[Key] = set()  # what the consumer was told exists
-        self._pending: list[Change[T] | None] = []  # None: the end of a list
+        self._pending: list[Change[T] | Listed] = []
         self._scheduled = False
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._delivered = threading.Event()  # the loop took what was pending
         self._response: urllib3.BaseHTTPResponse | None = None
         self._thread: threading.Thread | None = None
 
@@ -149,6 +193,9 @@ class Informer(Generic[T]):
             except _ExpiredError:
                 log.info("%s: watch expired; listing again", self.kind.plural)
                 version = None
+            except _NotServedError:
+                version = None
+                self._stopping.wait(self.not_served_seconds)
             except (KubeError, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
                 if self._stopping.is_set():
                     return
@@ -162,23 +209,50 @@ class Informer(Generic[T]):
     def _list(self) -> str:
         seen: set[Key] = set()
         version = ""
-        changes: list[Change[T] | None] = []
-        for page in self.kube.pages(
+        pages = self.kube.pages(
             self.kind, label_selector=self.label_selector, page_size=self.page_size
-        ):
-            self._emit(changes)  # the previous page, now that this one came
-            changes = []
-            for obj in page.get("items") or []:
-                key = key_of(obj)
-                seen.add(key)
-                changes.append(Change("ADDED", key, self.record(obj)))
-            version = str((page.get("metadata") or {}).get("resourceVersion") or "")
+        )
+        try:
+            while True:
+                # One page, fetched, recorded and delivered, before any informer's
+                # next: a restart lists every kind at once, and the heap a burst
+                # grows stays the process's.
+                with _LISTING:
+                    page = next(pages, None)
+                    if page is None:
+                        break
+                    changes: list[Change[T] | Listed] = []
+                    for obj in page.get("items") or []:
+                        key = key_of(obj)
+                        seen.add(key)
+                        changes.append(Change("ADDED", key, self.record(obj)))
+                    version = str((page.get("metadata") or {}).get("resourceVersion") or "")
+                    page.clear()
+                    del page
+                    if changes:
+                        self._delivered.clear()
+                        self._emit(changes)
+                        del changes
+                        self._delivered.wait(DELIVERY_WAIT_SECONDS)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            if self.lists and not self._served:
+                raise _NotServedError() from None  # still not served: nothing new to tell
+            served = False  # nothing of it exists; what was known is gone with it
+        else:
+            served = True
+        self._served = served
         # Objects deleted while we were not watching: the consumer must forget them.
-        changes += [Change("DELETED", key, None) for key in self._known - seen]
-        changes.append(None)
+        ending: list[Change[T] | Listed] = [
+            Change("DELETED", key, None) for key in self._known - seen
+        ]
+        ending.append(Listed(frozenset(seen), int(version) if version.isdigit() else 0))
         self._known = seen
         self.lists += 1
-        self._emit(changes)
+        self._emit(ending)
+        if not served:
+            raise _NotServedError()
         return version
 
     def _watch(self, version: str) -> str:
@@ -213,7 +287,7 @@ class Informer(Generic[T]):
                 key = key_of(obj)
                 if kind == "DELETED":
                     self._known.discard(key)
-                    self._emit([Change("DELETED", key, None)])
+                    self._emit([Change("DELETED", key, self.record(obj))])
                 else:
                     self._known.add(key)
                     self._emit([Change(str(kind), key, self.record(obj))])
@@ -223,7 +297,7 @@ class Informer(Generic[T]):
         return version
 
     # -- handing over to the event loop ------------------------------------------------
-    def _emit(self, changes: list[Change[T] | None]) -> None:
+    def _emit(self, changes: list[Change[T] | Listed]) -> None:
         if not changes:
             return
         with self._lock:
@@ -239,8 +313,22 @@ class Informer(Generic[T]):
         with self._lock:
             batch, self._pending = self._pending, []
             self._scheduled = False
-        changes = [change for change in batch if change is not None]
-        if changes:
-            self.deliver(changes)
-        if len(changes) < len(batch):
-            self.synced.set()
+        changes: list[Change[T]] = []
+        try:
+            for item in batch:
+                if isinstance(item, Change):
+                    changes.append(item)
+                    continue
+                if changes:
+                    self.deliver(changes)
+                    changes = []
+                if self.listed is not None:
+                    self.listed(item)
+                self.synced.set()
+            if changes:
+                self.deliver(changes)
+        finally:
+            # What was delivered is freed before a list fetches its next page.
+            batch.clear()
+            changes = []  # the consumer's list now: rebound, not cleared
+            self._delivered.set()

@@ -6,11 +6,14 @@ kinds, and discovery would cost a burst of requests on every start.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import quote
+
+from ambient_operator.api.constants import FIELD_MANAGER
 
 # apimachinery's IsDNS1123Subdomain and IsDNS1123Label. fullmatch, because
 # `$` would let a trailing newline through.
@@ -168,3 +171,29 @@ def key_of(obj: Mapping[str, Any]) -> ObjectKey:
         meta.get("namespace") or "",
         str(meta.get("name")),
     )
+
+
+def cached_copy(obj: Mapping[str, Any], field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
+    """A deep copy of an object as a cache keeps it: other managers' field sets left out.
+
+    Ownership (apply/ownership.py) reads every manager's name and operation
+    and our own field sets, nothing more; the rest of managedFields is about half of what a
+    Deployment or a Node weighs. Anything that writes managedFields back
+    reads the object again first (apply/writer.py's claim).
+    """
+    meta = obj.get("metadata") or {}
+    entries = meta.get("managedFields")
+    if not entries:
+        return copy.deepcopy(dict(obj))
+    out = {key: copy.deepcopy(value) for key, value in obj.items() if key != "metadata"}
+    kept = out["metadata"] = {
+        key: copy.deepcopy(value) for key, value in meta.items() if key != "managedFields"
+    }
+    kept["managedFields"] = [
+        copy.deepcopy(entry)
+        if isinstance(entry, Mapping) and entry.get("manager") == field_manager
+        else {key: value for key, value in entry.items() if key != "fieldsV1"}
+        for entry in entries
+        if isinstance(entry, Mapping)
+    ]
+    return out

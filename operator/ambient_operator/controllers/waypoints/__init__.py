@@ -28,7 +28,7 @@ the next, so every attribute is known where it is used):
 - reports.py: Warning Events on waypoints that cannot work.
 - controller.py: `WaypointController`: its loop's timing, the pass.
 
-app/watches.py registers, lists and sweeps its rows with the cluster state's.
+app/watches.py lists and watches its rows with the cluster state's.
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ what must be reconciled again (the dirty flags) and wakes the loop.
 from __future__ import annotations
 
 import asyncio
-import copy
 import functools
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -22,10 +21,9 @@ from ambient_operator.controllers.waypoints.common import (
     GatewayKey,
     _key,
     _labels,
-    placement_of,
 )
 from ambient_operator.kube.client import Kube
-from ambient_operator.kube.resources import ObjectKey, key_of, resource_version
+from ambient_operator.kube.resources import ObjectKey, cached_copy, key_of, resource_version
 from ambient_operator.status.events import EventRecorder, now_rfc3339
 
 T = TypeVar("T")
@@ -114,7 +112,7 @@ class WaypointCache:
         old = self.gateways.get(key)
         if old is not None and resource_version(old) >= resource_version(body):
             return  # our own write came back, or an event older than an apply response
-        self.gateways[key] = copy.deepcopy(dict(body))
+        self.gateways[key] = cached_copy(body)
         self.state.poke()
         if old is None:
             self.services_dirty = True
@@ -135,7 +133,7 @@ class WaypointCache:
             old = self.classes.get(name)
             if old is not None and resource_version(old) >= resource_version(body):
                 return
-            self.classes[name] = copy.deepcopy(dict(body))
+            self.classes[name] = cached_copy(body)
         self.classes_dirty = True
         self.dirty |= {
             key
@@ -158,7 +156,7 @@ class WaypointCache:
             old = objects.get(obj_key)
             if old is not None and resource_version(old) >= resource_version(body):
                 return
-            objects[obj_key] = copy.deepcopy(dict(body))
+            objects[obj_key] = cached_copy(body)
         if not objects:
             self.objects.pop(key, None)
         if key in self.gateways:
@@ -180,7 +178,7 @@ class WaypointCache:
             old = self.config_maps.get(key)
             if old is not None and resource_version(old) >= resource_version(body):
                 return
-            self.config_maps[key] = copy.deepcopy(dict(body))
+            self.config_maps[key] = cached_copy(body)
         for reader in self.readers.get(key, ()):
             if reader.startswith("class:"):
                 self.on_class_reader(reader.removeprefix("class:"))
@@ -199,10 +197,6 @@ class WaypointCache:
             for key, gw in self.gateways.items()
             if (gw.get("spec") or {}).get("gatewayClassName") == class_name
         }
-
-    def on_pod(self, event: str | None, body: Mapping[str, Any]) -> None:
-        """A pod of some Gateway (any class): remember where it runs."""
-        self.place_pod(_key(body), None if event == "DELETED" else placement_of(body))
 
     def place_pod(self, key: GatewayKey, placement: tuple[str, str] | None) -> None:
         """Record (Gateway name, node) of a pod; None when it is gone or is no Gateway's."""

@@ -32,8 +32,8 @@ class WaypointPriming(WaypointCache):
     def watches(self) -> list[Watched]:
         """The caches of this controller as rows of cluster/watches.py's table.
 
-        The app layer registers, lists and sweeps them with the rows of the
-        cluster state; `mark_primed` is called once they are listed.
+        The app layer lists and watches them with the rows of the cluster
+        state; `mark_primed` is called once they are listed.
         """
         ours: dict[str, str | None] = {LABEL_CONTROLLER: wr.CONTROLLER}
         service = KINDS[("v1", "Service")]
@@ -101,28 +101,19 @@ class WaypointPriming(WaypointCache):
                 # Class defaults, and whatever a Gateway's parametersRef names (only
                 # those are kept; the rest of the cluster's ConfigMaps never are).
                 when=self.wants_config_map,
-                list_selector=f"{c.LABEL_DEFAULTS_FOR_CLASS}={c.ISTIO_WAYPOINT_CLASS}",
                 cached=class_defaults,
                 # The cached copy: its labels say whether it held the class defaults.
                 forget=lambda key: self.on_config_map(
                     "DELETED", self.config_maps.get(key) or stub(CONFIG_MAP, key)
                 ),
             ),
-            # Updates reach `place_pod` from the operator's pod informer (cluster/pods.py).
-            Watched(
-                "waypoints-pods",
-                KINDS[("v1", "Pod")],
-                self.on_pod,
-                list_selector=c.LABEL_GATEWAY_NAME,
-                watched=False,
-            ),
+            # Pods reach `place_pod` from the operator's pod informer (cluster/pods.py).
             # Every Service is watched, to see istio.io/use-waypoint being removed;
-            # only those carrying it are listed and kept.
+            # only those carrying it are kept.
             Watched(
                 "waypoints-services",
                 service,
                 self.on_service,
-                list_selector=c.LABEL_USE_WAYPOINT,
                 cached=lambda: dict(self.services),
                 forget=lambda key: self.on_service("DELETED", stub(service, key)),
             ),

@@ -1,0 +1,149 @@
+"""The watch table on the operator's informers (app/watches.py), against the real API server."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes import client
+from prometheus_client import REGISTRY
+
+from ambient_devcluster import LocalCluster
+from ambient_operator.app.watches import Watches, server_selector
+from ambient_operator.cluster.watches import Watched
+from ambient_operator.kube.client import Kube
+from ambient_operator.kube.credentials import load_credentials
+from ambient_operator.kube.resources import KINDS
+from conftest import wait_for
+from test_informer import loop
+
+__all__ = ["loop"]  # the event loop fixture, reused
+CONFIG_MAP = KINDS[("v1", "ConfigMap")]
+
+
+class Seen:
+    """A row's record function: every (event, name) it was given."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str | None, str]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, event: str | None, body: Mapping[str, Any]) -> None:
+        with self._lock:
+            self.events.append((event, str(body["metadata"]["name"])))
+
+    def names(self, event: str = "ADDED") -> set[str]:
+        with self._lock:
+            return {name for seen, name in self.events if seen == event}
+
+
+def test_the_server_filters_only_what_every_row_of_a_kind_asks_for() -> None:
+    def row(labels: dict[str, str | None] | None) -> Watched:
+        return Watched("r", CONFIG_MAP, lambda _e, _b: None, labels=labels)
+
+    assert server_selector([row({"a": "1", "b": None}), row({"a": "1"})]) == "a=1"
+    assert server_selector([row({"a": "1", "b": None}), row({"b": None, "c": "2"})]) == "b"
+    assert server_selector([row({"a": "1"}), row(None)]) is None  # one row sees everything
+    assert server_selector([row({"a": "1"}), row({"a": "2"})]) is None
+
+
+def test_rows_of_one_kind_share_one_watch_and_see_what_their_filters_pass(
+    cluster: LocalCluster, k8s: client.ApiClient, namespace: str, loop: asyncio.AbstractEventLoop
+) -> None:
+    core = client.CoreV1Api(k8s)
+    ours = {"feed-test": namespace}
+    for name, labels in [
+        ("plain", {}),
+        ("labelled", ours),
+        ("tiered", {**ours, "tier": "x"}),
+        ("b-named", {}),
+    ]:
+        core.create_namespaced_config_map(namespace, {"metadata": {"name": name, "labels": labels}})
+    labelled, tiered, named = Seen(), Seen(), Seen()
+
+    def in_test(name: str, ns: str, _labels: Mapping[str, str]) -> bool:
+        return ns == namespace and name.startswith("b-")
+
+    table = [
+        Watched("labelled", CONFIG_MAP, labelled, labels=dict(ours)),
+        Watched("tiered", CONFIG_MAP, tiered, labels={**ours, "tier": None}),
+        Watched("named", CONFIG_MAP, named, when=in_test),
+    ]
+    watches = Watches(Kube(load_credentials(str(cluster.kubeconfig))), table)
+    watches.start(loop)
+    try:
+        assert watches.wait_synced(30) == []
+        assert len(watches.informers) == 1  # one list and one watch for the kind
+        assert labelled.names() == {"labelled", "tiered"}
+        assert tiered.names() == {"tiered"}
+        assert named.names() == {"b-named"}
+        core.delete_namespaced_config_map("tiered", namespace)
+        wait_for(lambda: "tiered" in tiered.names("DELETED"), 30, "the deletion")
+        assert labelled.names("DELETED") == {"tiered"}
+        assert named.names("DELETED") == set()
+    finally:
+        watches.stop()
+
+
+def _ghosts_counted() -> float:
+    return (
+        REGISTRY.get_sample_value("ambient_operator_cache_ghosts_total", {"kind": "ConfigMap"})
+        or 0.0
+    )
+
+
+def test_a_list_forgets_what_a_cache_holds_and_the_cluster_no_longer_does(
+    cluster: LocalCluster, k8s: client.ApiClient, namespace: str, loop: asyncio.AbstractEventLoop
+) -> None:
+    """What a write's response put in a cache, deleted before any event told of it."""
+    core = client.CoreV1Api(k8s)
+    label = {"feed-test": namespace}
+    kept = core.create_namespaced_config_map(
+        namespace, {"metadata": {"name": "kept", "labels": label}}
+    )
+    gone = core.create_namespaced_config_map(
+        namespace, {"metadata": {"name": "gone", "labels": label}}
+    )
+    core.delete_namespaced_config_map("gone", namespace)
+    cache: dict[tuple[str, str], dict[str, Any]] = {
+        (namespace, "gone"): {"metadata": {"resourceVersion": gone.metadata.resource_version}},
+        # Seen after any list this test takes: not the list's to judge.
+        (namespace, "future"): {"metadata": {"resourceVersion": str(10**15)}},
+    }
+    forgotten: list[tuple[str, str]] = []
+
+    def record(event: str | None, body: Mapping[str, Any]) -> None:
+        meta = body["metadata"]
+        key = (meta["namespace"], meta["name"])
+        if event == "DELETED":
+            cache.pop(key, None)
+        else:
+            cache[key] = {"metadata": {"resourceVersion": meta["resourceVersion"]}}
+
+    def forget(key: tuple[str, str]) -> None:
+        forgotten.append(key)
+        cache.pop(key)
+
+    row = Watched(
+        "cms",
+        CONFIG_MAP,
+        record,
+        labels=dict(label),
+        cached=lambda: dict(cache),
+        forget=forget,
+    )
+    before = _ghosts_counted()
+    watches = Watches(Kube(load_credentials(str(cluster.kubeconfig))), [row])
+    watches.start(loop)
+    try:
+        assert watches.wait_synced(30) == []
+        wait_for(lambda: forgotten == [(namespace, "gone")], 30, "the ghost forgotten")
+        assert set(cache) == {(namespace, "kept"), (namespace, "future")}
+        assert cache[(namespace, "kept")]["metadata"]["resourceVersion"] == (
+            kept.metadata.resource_version
+        )
+        assert _ghosts_counted() == before + 1
+    finally:
+        watches.stop()
