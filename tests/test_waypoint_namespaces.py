@@ -116,3 +116,41 @@ def test_terminating_namespace_known_from_the_cache_is_left_alone(
     state.namespaces[terminating] = namespace_entry(k8s.sanitize_for_serialization(live))
     assert state.namespaces[terminating]["terminating"]
     assert _reconcile(cluster, state, terminating) == (True, False)
+
+
+def test_objects_gone_with_their_gateway_are_not_made_again_from_a_stale_cache(
+    cluster: LocalCluster, k8s: client.ApiClient
+) -> None:
+    """The Deployment's deletion came before the Gateway's (another watch, or its list after a 410).
+
+    The cache still holds the Gateway, which the API server no longer has;
+    the control above writes the same cache-only Gateway's objects when
+    none of them went away.
+    """
+    name = unique_name("wp-stale")
+    client.CoreV1Api(k8s).create_namespace({"metadata": {"name": name}})
+    try:
+        kube = Kube(load_credentials(str(cluster.kubeconfig)))
+        ctl = WaypointController(ClusterState(), kube, None)  # type: ignore[arg-type]
+        gateway = _gateway(name)
+        ctl.on_gateway_class("ADDED", GATEWAY_CLASS)
+        ctl.on_gateway("ADDED", gateway)
+        deployment = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": "waypoint",
+                "namespace": name,
+                "resourceVersion": "2",
+                "labels": {c.LABEL_GATEWAY_NAME: "waypoint"},
+            },
+        }
+        ctl.on_owned("ADDED", deployment)
+        ctl.on_owned("DELETED", deployment)
+        spec = AmbientMeshSpec.model_validate({})
+        assert asyncio.run(ctl._reconcile_gateway(spec, (name, "waypoint")))
+        assert (name, "waypoint") not in ctl.gateways  # the cache learnt it is gone
+        account = wr.names_of(gateway).service_account
+        assert kube.get(KINDS[("v1", "ServiceAccount")], account, name) is None
+    finally:
+        client.CoreV1Api(k8s).delete_namespace(name)

@@ -64,6 +64,9 @@ class WaypointCache:
         self.defaults_dirty = True
         self.services_dirty = False
         self.pods_unchecked: set[GatewayKey] = set()
+        # Gateways some of whose objects went away: confirmed to exist before
+        # those are made again (see gateways.py).
+        self.vanished: set[GatewayKey] = set()
         self._spec_seen: Any = None
         self._windows_seen: bool | None = None
         self._last_full = time.monotonic()
@@ -102,6 +105,7 @@ class WaypointCache:
         self.gateway_api = True
         key = _key(body)
         if event == "DELETED":
+            self.vanished.discard(key)
             if self.gateways.pop(key, None) is not None:
                 self._drop_reader(f"gw:{key[0]}/{key[1]}")
                 self.dirty.discard(key)
@@ -151,7 +155,8 @@ class WaypointCache:
         objects = self.objects.setdefault(key, {})
         obj_key = key_of(body)
         if event == "DELETED":
-            objects.pop(obj_key, None)
+            if objects.pop(obj_key, None) is not None:
+                self.vanished.add(key)
         else:
             old = objects.get(obj_key)
             if old is not None and resource_version(old) >= resource_version(body):

@@ -15,6 +15,7 @@ from ambient_operator.apply.plan import Owner, plan, prepare
 from ambient_operator.apply.writer import NameConflictError, claim_for_apply, hand_over, write
 from ambient_operator.controllers.waypoints.classes import WaypointClasses
 from ambient_operator.controllers.waypoints.common import (
+    GATEWAY,
     NAMESPACE,
     SERVICE_ACCOUNT,
     STATUS_ATTEMPTS,
@@ -61,6 +62,8 @@ class WaypointGateways(WaypointClasses):
         gateway = self.gateways.get(key)
         if gateway is None or gateway["metadata"].get("deletionTimestamp"):
             return True  # garbage collection removes what the Gateway owned
+        if key in self.vanished and not await self._still_there(key, gateway):
+            return True
         namespace = self.state.namespaces.get(key[0])
         # Nothing can be created in a namespace that is going or gone: a write
         # (say, restoring the ServiceAccount the namespace controller just
@@ -82,6 +85,22 @@ class WaypointGateways(WaypointClasses):
         finally:
             if lookup is not None and not lookup.done():
                 lookup.cancel()
+
+    async def _still_there(self, key: GatewayKey, gateway: Mapping[str, Any]) -> bool:
+        """Whether a Gateway whose objects went away still exists, asked of the API server.
+
+        Its objects go when it is deleted, and the watches are separate
+        streams: their deletions can come before the Gateway's own (and after
+        a relist, each kind is listed when its watch expires). Put back from
+        a cache that has not seen the Gateway go, they would be orphans for
+        the garbage collector, made by us (seen in tests/test_chaos_compaction.py).
+        """
+        live = await self._call(self.kube.get, GATEWAY, key[1], key[0])
+        self.vanished.discard(key)
+        if live is not None and live["metadata"].get("uid") == gateway["metadata"].get("uid"):
+            return True
+        self.on_gateway("DELETED", gateway)
+        return False
 
     @staticmethod
     async def _namespace_usable(lookup: asyncio.Future[dict[str, Any] | None] | None) -> bool:
