@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
+from prometheus_client import REGISTRY
 
 from ambient_devcluster import LocalCluster
 from ambient_operator.api import constants as c
@@ -21,6 +22,7 @@ from ambient_operator.render import waypoints as wr
 from conftest import unique_name
 
 HOLD = "ambient-operator.test/hold"
+GHOSTS = "ambient_operator_cache_ghosts_total"
 
 
 def _gateway(namespace: str) -> dict[str, object]:
@@ -148,8 +150,10 @@ def test_objects_gone_with_their_gateway_are_not_made_again_from_a_stale_cache(
         ctl.on_owned("ADDED", deployment)
         ctl.on_owned("DELETED", deployment)
         spec = AmbientMeshSpec.model_validate({})
+        before = REGISTRY.get_sample_value(GHOSTS, {"kind": "Gateway"}) or 0.0
         assert asyncio.run(ctl._reconcile_gateway(spec, (name, "waypoint")))
         assert (name, "waypoint") not in ctl.gateways  # the cache learnt it is gone
+        assert REGISTRY.get_sample_value(GHOSTS, {"kind": "Gateway"}) == before + 1
         account = wr.names_of(gateway).service_account
         assert kube.get(KINDS[("v1", "ServiceAccount")], account, name) is None
     finally:

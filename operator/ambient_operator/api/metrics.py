@@ -54,8 +54,8 @@ WATCH_LISTS = Counter(
 )
 CACHE_GHOSTS = Counter(
     "ambient_operator_cache_ghosts_total",
-    "Cached objects forgotten because a list no longer held them: deleted while "
-    "no watch reported it, by kind.",
+    "Cached objects forgotten because a list no longer held them, or a read found "
+    "them gone: deleted while no watch reported it, by kind.",
     ["kind"],
 )
 EVENTS_POSTED = Counter(

@@ -44,11 +44,6 @@ class Watched:
     forget: Callable[[Key], None] | None = None
 
 
-def _identity(obj: Mapping[str, Any]) -> tuple[str, str, Mapping[str, str]]:
-    meta = obj.get("metadata") or {}
-    return str(meta.get("name") or ""), str(meta.get("namespace") or ""), meta.get("labels") or {}
-
-
 # -- the rows of ClusterState ---------------------------------------------------------
 
 

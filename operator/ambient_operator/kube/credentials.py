@@ -113,7 +113,7 @@ class Credentials:
             if self.token_file or self.exec_plugin:
                 self._read_at = 0.0  # an exec plugin runs again at the next bearer()
                 if self.token_file:
-                    self.token = None  # read again however young the machine's clock
+                    self.token = None  # read again even if the clock says 60 s have not passed
 
     def _run_exec(self, now: float) -> None:
         plugin = self.exec_plugin

@@ -177,9 +177,9 @@ def cached_copy(obj: Mapping[str, Any], field_manager: str = FIELD_MANAGER) -> d
     """A deep copy of an object as a cache keeps it: other managers' field sets left out.
 
     Ownership (apply/ownership.py) reads every manager's name and operation
-    and our own field sets, nothing more; the rest of managedFields is about half of what a
-    Deployment or a Node weighs. Anything that writes managedFields back
-    reads the object again first (apply/writer.py's claim).
+    and our own field sets, nothing more; the rest of managedFields is about
+    half of what a Deployment or a Node weighs. Anything that writes
+    managedFields back reads the object again first (apply/writer.py's claim).
     """
     meta = obj.get("metadata") or {}
     entries = meta.get("managedFields")

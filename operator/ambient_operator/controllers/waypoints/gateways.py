@@ -99,6 +99,9 @@ class WaypointGateways(WaypointClasses):
         self.vanished.discard(key)
         if live is not None and live["metadata"].get("uid") == gateway["metadata"].get("uid"):
             return True
+        # As a list would have (app/watches.py): counted and logged the same way.
+        log.info("forgetting Gateway %s/%s: deleted while not watched", *key)
+        metrics.CACHE_GHOSTS.labels(kind="Gateway").inc()
         self.on_gateway("DELETED", gateway)
         return False
 
