@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import urllib.request
@@ -16,7 +17,7 @@ from kubernetes import client
 from ambient_devcluster import LocalCluster, api_client_for
 from ambient_operator.kube.client import Kube
 from ambient_operator.kube.credentials import load_credentials
-from ambient_operator.kube.informer import Change, Informer, Listed, ghosts
+from ambient_operator.kube.informer import Change, Informer, Listed, ghosts, not_listed
 from ambient_operator.kube.resources import KINDS, Kind
 from conftest import unique_name, wait_for
 
@@ -317,3 +318,54 @@ def _created(custom: Any, group: str, body: dict[str, Any]) -> bool:
             return False
         raise
     return True
+
+
+def test_a_refused_list_ends_the_wait_and_says_why_until_rbac_allows_it(
+    cluster: LocalCluster, k8s: client.ApiClient, namespace: str, loop: asyncio.AbstractEventLoop
+) -> None:
+    """A 403 is not waited out: start-up names the kind and the refusal at once, and retries."""
+    core, rbac = client.CoreV1Api(k8s), client.RbacAuthorizationV1Api(k8s)
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": "reader"}})
+    kube = Kube(load_credentials(str(cluster.serviceaccount_kubeconfig(namespace, "reader"))))
+    store = Store()
+    informer: Informer[str] = Informer(kube, CONFIG_MAP, _record, store.deliver, loop)
+    informer.start()
+    grant = unique_name("reader")
+    try:
+        # No timeout: only the refusal can end this wait, which a deadline bounds.
+        waited: list[bool] = []
+        waiter = threading.Thread(target=lambda: waited.append(informer.wait_synced(None)))
+        waiter.start()
+        waiter.join(60)
+        assert waited == [False], "the wait went on past the refusal"
+        assert informer.refused is not None and "forbidden" in informer.refused, informer.refused
+        assert not_listed([informer], 0) == [f"configmaps ({informer.refused})"]
+
+        rbac.create_cluster_role(
+            {
+                "metadata": {"name": grant},
+                "rules": [
+                    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch"]}
+                ],
+            }
+        )
+        rbac.create_cluster_role_binding(
+            {
+                "metadata": {"name": grant},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": grant,
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}],
+            }
+        )
+        # Allowed now: the informer's own retries list the kind.
+        wait_for(informer.synced.is_set, 60, "the list once RBAC allows it")
+        assert informer.refused is None
+        assert not_listed([informer], 0) == []
+    finally:
+        informer.stop()
+        for delete in (rbac.delete_cluster_role_binding, rbac.delete_cluster_role):
+            with contextlib.suppress(client.exceptions.ApiException):
+                delete(grant)

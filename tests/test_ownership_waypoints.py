@@ -326,6 +326,28 @@ def test_a_gateway_named_like_another_teams_objects_leaves_them_alone(
     assert read_all(k8s, team.namespace, "frontend") == before
 
 
+def test_a_new_gateways_first_request_for_each_name_is_its_create(
+    operator: Running, team: Team, identity: Identity, audit: AuditLog
+) -> None:
+    """Every name is known free from the watches: none is asked for before it is written.
+
+    The conflicts above are found before any write, by asking for the names
+    the watches saw taken; here none is taken, so the first request naming
+    each object is the POST that creates it (which would refuse a name taken
+    meanwhile).
+    """
+    since = audit.mark()
+    create_gateway(team.api, team.namespace, "fresh")
+    programmed(operator, team.api, team.namespace, "fresh")
+    requests: dict[str, list[str]] = {}
+    for e in audit.events(since, user=identity.user):
+        ref = e.get("objectRef") or {}
+        if ref.get("namespace") == team.namespace and ref.get("name") == "fresh":
+            requests.setdefault(str(ref.get("resource")), []).append(e["verb"])
+    for resource in ("serviceaccounts", "deployments", "services"):
+        assert requests.get(resource, [])[:1] == ["create"], requests
+
+
 def test_a_name_override_and_a_class_switch_leave_another_teams_service_alone(
     k8s: client.ApiClient, operator: Running, team: Team
 ) -> None:

@@ -17,7 +17,7 @@ from ambient_operator.cluster.watches import namespace_entry
 from ambient_operator.controllers.waypoints import WaypointController
 from ambient_operator.kube.client import Kube
 from ambient_operator.kube.credentials import load_credentials
-from ambient_operator.kube.resources import KINDS
+from ambient_operator.kube.resources import KINDS, Kind
 from ambient_operator.render import waypoints as wr
 from conftest import unique_name
 
@@ -158,3 +158,42 @@ def test_objects_gone_with_their_gateway_are_not_made_again_from_a_stale_cache(
         assert kube.get(KINDS[("v1", "ServiceAccount")], account, name) is None
     finally:
         client.CoreV1Api(k8s).delete_namespace(name)
+
+
+def test_a_name_taken_since_the_watches_looked_is_refused_and_nothing_else_is_written(
+    cluster: LocalCluster, k8s: client.ApiClient
+) -> None:
+    """The watches say every name is free; another team's ServiceAccount took one meanwhile.
+
+    No name is asked for before the writes then (gateways.py), so the
+    ServiceAccount's POST is the check: refused, it stops the Gateway before
+    its Deployment and Service are written, and the account is not touched.
+    """
+    name = unique_name("wp-taken")
+    core = client.CoreV1Api(k8s)
+    core.create_namespace({"metadata": {"name": name}})
+    try:
+        account = wr.names_of(_gateway(name)).service_account
+        theirs = core.create_namespaced_service_account(
+            name, {"metadata": {"name": account, "annotations": {"example.com/role": "db"}}}
+        )
+        kube = Kube(load_credentials(str(cluster.kubeconfig)))
+        asked: list[str] = []
+
+        def stale(kind: Kind, key: tuple[str, str]) -> bool:
+            asked.append(f"{kind.kind} {'/'.join(key)}")
+            return False
+
+        ctl = WaypointController(ClusterState(), kube, None, seen=stale)  # type: ignore[arg-type]
+        ctl.on_gateway_class("ADDED", GATEWAY_CLASS)
+        ctl.on_gateway("ADDED", _gateway(name))
+        spec = AmbientMeshSpec.model_validate({})
+        assert not asyncio.run(ctl._reconcile_gateway(spec, (name, "waypoint")))  # retried
+        assert f"ServiceAccount {name}/{account}" in asked  # the watches were consulted
+        assert kube.get(KINDS[("apps/v1", "Deployment")], "waypoint", name) is None
+        assert kube.get(KINDS[("v1", "Service")], "waypoint", name) is None
+        live = core.read_namespaced_service_account(account, name)
+        assert live.metadata.resource_version == theirs.metadata.resource_version
+        assert not live.metadata.owner_references
+    finally:
+        core.delete_namespace(name)

@@ -251,9 +251,13 @@ def test_which_manager_holds_the_replicas() -> None:
     held = {"f:replicas": {}, "f:selector": {}}
     obj = {"metadata": {"managedFields": [_managed(c.FIELD_MANAGER, "Apply", held)]}}
     assert applies_field(obj, ("spec", "replicas"))
+    # Our create's entry, not yet made part of the apply entry: its next apply will be.
+    created = {"metadata": {"managedFields": [_managed(c.FIELD_MANAGER, "Update", held)]}}
+    assert applies_field(created, ("spec", "replicas"))
     others = [
-        _managed(c.FIELD_MANAGER, "Update", held),
+        {**_managed(c.FIELD_MANAGER, "Update", held), "subresource": "scale"},
         _managed("kube-controller-manager", "Apply", held),
+        _managed("kube-controller-manager", "Update", held),
         _managed(c.FIELD_MANAGER, "Apply", {"f:selector": {}}),
     ]
     assert not applies_field({"metadata": {"managedFields": others}}, ("spec", "replicas"))
@@ -413,10 +417,19 @@ def two_passes_later(op: Running) -> None:
     )
 
 
-def apply_fields(obj: dict[str, Any], manager: str) -> dict[str, Any] | None:
-    """The fields `manager` holds through server-side apply (its Apply entry's fieldsV1)."""
+def apply_fields(
+    obj: dict[str, Any], manager: str, operation: str = "Apply"
+) -> dict[str, Any] | None:
+    """The fields `manager` holds through server-side apply (its Apply entry's fieldsV1).
+
+    With `operation` "Update": those of its create, not made part of its apply entry yet.
+    """
     for entry in obj["metadata"].get("managedFields") or []:
-        if entry.get("manager") == manager and entry.get("operation") == "Apply":
+        if (
+            entry.get("manager") == manager
+            and entry.get("operation") == operation
+            and not entry.get("subresource")
+        ):
             fields: dict[str, Any] = entry.get("fieldsV1") or {}
             return fields
     return None
@@ -546,7 +559,8 @@ def test_adding_an_autoscaler_never_drops_the_running_count(
     replicas_become(k8s, ns, 3, "the replicas key")
     dep = read(k8s, "Deployment", ns, "wp")
     assert dep is not None
-    held = apply_fields(dep, c.FIELD_MANAGER)
+    # Created, never updated: the replicas are held by our create's entry.
+    held = apply_fields(dep, c.FIELD_MANAGER, "Update")
     assert held is not None and "f:replicas" in held["f:spec"], held
     hash_before = dep["metadata"]["annotations"]["ambientoperator.io/desired-hash"]
     since = dep["metadata"]["resourceVersion"]

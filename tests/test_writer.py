@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 
 from ambient_operator.api import constants as c
-from ambient_operator.apply.ownership import conflict, may_prune
+from ambient_operator.apply.ownership import applies_field, conflict, may_prune
 from ambient_operator.apply.plan import Owner, prepare
 from ambient_operator.apply.writer import NameConflictError, prune, write, write_by_name
 from ambient_operator.kube.client import Kube, KubeError
@@ -182,6 +182,28 @@ def test_a_claim_that_never_landed_is_made_on_the_next_update(
     live = write(kube, third, live, owner)
     assert live["data"] == {"a": "1"}
     assert _our_managers(live) == [(c.FIELD_MANAGER, "Apply")]
+
+
+def test_an_unclaimed_creation_is_claimed_by_its_first_update(
+    kube: Kube, namespace: str, owner: Owner
+) -> None:
+    """A waypoint's objects are not claimed at creation; their first update claims them."""
+    first = prepare(_config_map(namespace, "cm", {"a": "1", "b": "2"}), owner, "test")
+    live = write(kube, first, None, owner, claim=False)
+    assert _our_managers(live) == [(c.FIELD_MANAGER, "Update")]
+    assert applies_field(live, ("data", "b"))  # a hand-over would see it as ours to hand
+    second = prepare(_config_map(namespace, "cm", {"a": "1"}), owner, "test")
+    live = write(kube, second, live, owner)
+    assert live["data"] == {"a": "1"}
+    assert _our_managers(live) == [(c.FIELD_MANAGER, "Apply")]
+
+
+def test_an_unclaimed_creation_needs_an_owner(kube: Kube, namespace: str) -> None:
+    # Without an owner, our apply entry is what makes an object ours.
+    body = prepare(_config_map(namespace, "cm", {"a": "1"}), None, "test")
+    with pytest.raises(ValueError, match="needs an owner"):
+        write(kube, body, None, None, claim=False)
+    assert kube.get(KINDS[("v1", "ConfigMap")], "cm", namespace) is None
 
 
 def test_someone_elses_object_is_never_written_or_pruned(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 RECONCILES = Counter(
@@ -58,6 +60,16 @@ CACHE_GHOSTS = Counter(
     "them gone: deleted while no watch reported it, by kind.",
     ["kind"],
 )
+
+
+def forgotten_ghost(kind: str, key: str) -> None:
+    """Log and count a cached object forgotten because it was deleted unseen."""
+    logging.getLogger("ambient_operator.watches").info(
+        "forgetting %s %s: deleted while not watched", kind, key
+    )
+    CACHE_GHOSTS.labels(kind=kind).inc()
+
+
 EVENTS_POSTED = Counter(
     "ambient_operator_events_total",
     "Kubernetes Events posted, by type and reason.",

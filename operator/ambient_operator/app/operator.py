@@ -16,7 +16,6 @@ import logging
 import os
 import socket
 import sys
-import time
 import uuid
 from typing import Any
 
@@ -36,7 +35,8 @@ from ambient_operator.controllers.namespaces import NamespaceChecker
 from ambient_operator.controllers.waypoints import placement_of
 from ambient_operator.kube.client import Kube
 from ambient_operator.kube.credentials import load_credentials
-from ambient_operator.kube.informer import Informer
+from ambient_operator.kube.informer import Informer, not_listed
+from ambient_operator.kube.resources import Kind
 from ambient_operator.runtime.leader import LeaderElector
 from ambient_operator.runtime.loop import ReconcileLoop, Timing
 from ambient_operator.status.events import EventRecorder
@@ -100,6 +100,7 @@ class Operator:
             self.kube,
             self.events,
             options.resync_seconds,
+            self._seen,
         )
         # Every cache and its watch, as one table (cluster/watches.py).
         self.watches = [
@@ -156,7 +157,6 @@ class Operator:
 
         @kopf.on.startup(registry=reg)
         async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
-            state.loop = asyncio.get_running_loop()
             settings.posting.enabled = False  # we post our own, deduplicated Events
             settings.networking.request_timeout = 30
             self.dataplane.kube_version = await asyncio.to_thread(self._kube_version)
@@ -188,6 +188,11 @@ class Operator:
                 await asyncio.to_thread(self.elector.release)
             await self.stop_watching()
 
+    def _seen(self, kind: Kind, key: tuple[str, str]) -> bool | None:
+        # The waypoints' `seen`: their controller is made before the watches
+        # that read its rows, so this is looked up at each write.
+        return self.watching.seen(kind, key)
+
     def start_watching(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the informers, the watch table's and the pods', once (kopf retries start-up)."""
         self.state.loop = loop  # the informers hand their events to it
@@ -213,19 +218,15 @@ class Operator:
         """
         self.start_watching(asyncio.get_running_loop())
         await asyncio.to_thread(self.events.load)
-        late = await asyncio.to_thread(self._wait_synced)
+        informers: list[Informer[Any]] = list(self.watching.informers)
+        if self.pod_informer is not None:
+            informers.append(self.pod_informer)
+        late = await asyncio.to_thread(not_listed, informers, PRIME_SECONDS)
         if late:
-            raise RuntimeError(f"not listed within {PRIME_SECONDS:.0f}s: {', '.join(late)}")
+            # kopf retries start-up; the informers go on retrying meanwhile.
+            raise RuntimeError(f"not listed (waited up to {PRIME_SECONDS:.0f}s): {', '.join(late)}")
         self.waypoints.mark_primed()
         self.state.poke()
-
-    def _wait_synced(self) -> list[str]:
-        deadline = time.monotonic() + PRIME_SECONDS
-        late = self.watching.wait_synced(PRIME_SECONDS)
-        pods = self.pod_informer
-        if pods is not None and not pods.wait_synced(max(0.0, deadline - time.monotonic())):
-            late.append(pods.kind.plural)
-        return late
 
     def _kube_version(self) -> str:
         info = self.kube.request("GET", "/version")

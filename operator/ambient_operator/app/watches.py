@@ -20,18 +20,15 @@ list forgets what the caches hold that it no longer does (`ghosts`).
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ambient_operator.api import metrics
 from ambient_operator.cluster.watches import Watched
 from ambient_operator.kube.client import Kube
-from ambient_operator.kube.informer import Change, Informer, Listed, ghosts
+from ambient_operator.kube.informer import Change, Informer, Listed, ghosts, not_listed
 from ambient_operator.kube.resources import Kind
 
-log = logging.getLogger(__name__)
 Body = Mapping[str, Any]
 
 
@@ -56,11 +53,11 @@ def _selects(row: Watched, body: Body) -> bool:
 def server_selector(rows: Sequence[Watched]) -> str | None:
     """The label selector every row of one kind asks for, for the API server to apply.
 
-    Only when every row filters on labels: what they have in common (our
-    own DaemonSets and ServiceAccounts, never the cluster's others). The
-    rows still apply their own filters to what comes.
+    Only when every row filters on labels and none needs every name of the
+    kind: what they have in common (our own DaemonSets, never the cluster's
+    others). The rows still apply their own filters to what comes.
     """
-    if not rows or any(not row.labels for row in rows):
+    if not rows or any(not row.labels or row.every_name for row in rows):
         return None
     common = set.intersection(*({*(row.labels or {}).items()} for row in rows))
     return ",".join(k if v is None else f"{k}={v}" for k, v in sorted(common)) or None
@@ -105,8 +102,7 @@ class KindFeed:
             return
         if row.cached is not None and key not in row.cached():
             return  # another row's object, or one this row never kept
-        log.info("forgetting %s %s: deleted while not watched", self.kind.kind, "/".join(key))
-        metrics.CACHE_GHOSTS.labels(kind=self.kind.kind).inc()
+        metrics.forgotten_ghost(self.kind.kind, "/".join(key))
         row.forget(key)
 
 
@@ -138,14 +134,24 @@ class Watches:
             informer.start()
             self.informers.append(informer)
 
+    def seen(self, kind: Kind, key: tuple[str, str]) -> bool | None:
+        """Whether an object of `kind` exists under `key` (namespace, name), as watched.
+
+        None when that is not known here: the kind is not watched, its
+        informer is filtered by labels, or it has not listed yet. A False is
+        as fresh as the watch, so the write it lets go ahead still checks
+        (a POST refuses a taken name).
+        """
+        for informer in self.informers:
+            if informer.kind == kind:
+                if informer.label_selector is not None or not informer.synced.is_set():
+                    return None
+                return informer.holds(key)
+        return None
+
     def wait_synced(self, timeout: float) -> list[str]:
-        """Block until every kind was listed once; the plurals not listed within `timeout`."""
-        deadline = time.monotonic() + timeout
-        return [
-            informer.kind.plural
-            for informer in self.informers
-            if not informer.wait_synced(max(0.0, deadline - time.monotonic()))
-        ]
+        """Block until every kind was listed once; the kinds that were not (kube/informer.py)."""
+        return not_listed(self.informers, timeout)
 
     def stop(self) -> None:
         """Stop every watch (blocking: run it in a thread)."""

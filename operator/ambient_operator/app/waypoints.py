@@ -15,6 +15,7 @@ import kopf
 
 from ambient_operator.cluster.state import ClusterState
 from ambient_operator.controllers.waypoints import WaypointController
+from ambient_operator.controllers.waypoints.common import Seen
 from ambient_operator.kube.client import Kube
 from ambient_operator.status.events import EventRecorder
 
@@ -25,9 +26,10 @@ def register(
     kube: Kube,
     events: EventRecorder,
     resync_seconds: float,
+    seen: Seen,
 ) -> WaypointController:
     """Create the waypoint controller, and its clean-up on `reg`."""
-    ctl = WaypointController(state, kube, events, resync_seconds=resync_seconds)
+    ctl = WaypointController(state, kube, events, resync_seconds=resync_seconds, seen=seen)
 
     @kopf.on.cleanup(registry=reg, id="waypoints-stop")
     async def stop(memo: kopf.Memo, **_: Any) -> None:

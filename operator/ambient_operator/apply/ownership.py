@@ -39,12 +39,17 @@ def applied_by_us(obj: Mapping[str, Any]) -> bool:
 
 
 def applies_field(obj: Mapping[str, Any], path: Sequence[str]) -> bool:
-    """Whether our field manager's apply entry holds the field at `path` (say spec, replicas)."""
+    """Whether our field manager applies the field at `path` (say spec, replicas).
+
+    Held by our apply entry, or by our create's entry, which apply/writer.py
+    makes part of the apply entry before its next apply.
+    """
     for entry in (obj.get("metadata") or {}).get("managedFields") or []:
         if not (
             isinstance(entry, Mapping)
             and entry.get("manager") == c.FIELD_MANAGER
-            and entry.get("operation") == "Apply"
+            and entry.get("operation") in ("Apply", "Update")
+            and not entry.get("subresource")
         ):
             continue
         node: Any = entry.get("fieldsV1")

@@ -10,7 +10,7 @@ a takeover:
   ownership is then converted to an apply entry of our field manager, so
   later applies can drop fields we stop setting; a conflict in that
   conversion is retried on the same UID, and an update finishes one that
-  never landed.
+  never landed (or, for an object with an owner, one never made).
 - An update is a forced server-side apply (force only on what we own) with
   the resourceVersion whose ownership we checked; a conflict re-reads the
   object, checks again and retries once.
@@ -155,10 +155,14 @@ def write(
 
     Raises NameConflictError when the object exists and is not ours, KubeError
     when the API server refuses or the object's pods are not pinned to one OS.
-    With `claim` False, a creation returns before its fields are claimed for
-    apply, for a caller that claims (:func:`claim_for_apply`) once its other
-    creations went out; an update makes good a claim that never came.
+    With `claim` False a creation's fields stay with its create's entry, and
+    the object's next update claims them first (as it makes good a claim that
+    failed): one request less per object that is never updated. Only for an
+    object with an `owner`, whose reference makes it ours: without one, our
+    apply entry is what does (apply/ownership.py), and a creation is claimed.
     """
+    if not claim and owner is None:
+        raise ValueError(f"{describe(obj)}: an unclaimed creation needs an owner")
     _refuse_unplaced(obj)
     why = conflict(live, owner)
     if why is not None:

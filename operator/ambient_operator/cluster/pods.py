@@ -74,4 +74,5 @@ class PodFeed:
 
     def informer(self, kube: Kube, loop: asyncio.AbstractEventLoop) -> Informer[PodRecord]:
         """An informer over every pod of the cluster feeding this."""
-        return Informer(kube, POD, self.record_of, self.apply, loop)
+        # A deleted pod's last state would only be dropped here: none is made.
+        return Informer(kube, POD, self.record_of, self.apply, loop, last_states=False)

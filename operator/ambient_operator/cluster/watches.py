@@ -42,6 +42,10 @@ class Watched:
     # the row keeps nothing a deletion event would not reach.
     cached: Callable[[], Mapping[Key, Mapping[str, Any]]] | None = None
     forget: Callable[[Key], None] | None = None
+    # The informer of the kind sees every object of it, whatever the filters
+    # above: a name it has not seen is free, known before a write without
+    # asking the API server (app/watches.Watches.seen).
+    every_name: bool = False
 
 
 # -- the rows of ClusterState ---------------------------------------------------------

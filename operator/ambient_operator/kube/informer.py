@@ -22,7 +22,8 @@ import contextlib
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -52,7 +53,8 @@ class Change(Generic[T]):
     """One object added, modified or deleted.
 
     A deletion's `record` is that of the object's last state, or None when
-    a list found it gone (its last state was never seen).
+    a list found it gone (its last state was never seen) or the consumer
+    asked for no last states.
     """
 
     type: str
@@ -89,6 +91,21 @@ def ghosts(cached: Mapping[Key, Mapping[str, Any]], listed: Listed) -> list[Key]
     )
 
 
+def not_listed(informers: Iterable[Informer[Any]], timeout: float) -> list[str]:
+    """Wait until each informer listed once; the kinds that did not, each with why.
+
+    A kind the API server refuses to list is named with its refusal at once,
+    not after `timeout`.
+    """
+    deadline = time.monotonic() + timeout
+    late = []
+    for informer in informers:
+        if not informer.wait_synced(max(0.0, deadline - time.monotonic())):
+            why = f" ({informer.refused})" if informer.refused else ""
+            late.append(f"{informer.kind.plural}{why}")
+    return late
+
+
 def key_of(obj: Mapping[str, Any]) -> Key:
     """(namespace, name) of an object; namespace "" when cluster-scoped."""
     meta = obj.get("metadata") or {}
@@ -117,7 +134,8 @@ class Informer(Generic[T]):
     `record` runs on the informer's thread and must be pure: it turns a whole
     object into what the consumer keeps. `deliver` runs on the event loop
     with a batch of changes, in the order the API server sent them; `listed`,
-    when given, runs there after the changes of each complete list. A kind
+    when given, runs there after the changes of each complete list. With
+    `last_states` False a deletion brings no record (none is made). A kind
     that is not served counts as listed and empty, and is asked for again
     every `not_served_seconds`.
     """
@@ -134,6 +152,7 @@ class Informer(Generic[T]):
         page_size: int = LIST_PAGE_SIZE,
         listed: Callable[[Listed], None] | None = None,
         not_served_seconds: float = NOT_SERVED_SECONDS,
+        last_states: bool = True,
     ) -> None:
         self.kube = kube
         self.kind = kind
@@ -141,10 +160,14 @@ class Informer(Generic[T]):
         self.deliver = deliver
         self.listed = listed
         self.not_served_seconds = not_served_seconds
+        self.last_states = last_states
         self.loop = loop
         self.label_selector = label_selector
         self.page_size = page_size
         self.synced = threading.Event()
+        # Why the API server refuses to list the kind (a 403: RBAC), until a list succeeds.
+        self.refused: str | None = None
+        self._settled = threading.Event()  # listed once, or refused
         self.lists = 0  # how many times the whole kind was listed (1 + relists)
         self._served = True  # whether the last list found the kind served
         self._known: set[Key] = set()  # what the consumer was told exists
@@ -165,8 +188,22 @@ class Informer(Generic[T]):
         self._thread.start()
 
     def wait_synced(self, timeout: float | None = None) -> bool:
-        """Block until the first complete list reached the consumer."""
-        return self.synced.wait(timeout)
+        """Block until the first complete list reached the consumer; whether it did.
+
+        A refused list (`refused`) ends the wait at once: retrying it, as the
+        informer does, cannot succeed until someone changes RBAC.
+        """
+        self._settled.wait(timeout)
+        return self.synced.is_set()
+
+    def holds(self, key: Key) -> bool:
+        """Whether the last list, or an event since, showed an object under `key`.
+
+        Read from the event loop: a set's membership test is atomic under the
+        GIL, and this thread updates the set before it hands the event over,
+        so the answer is never older than what the consumer holds.
+        """
+        return key in self._known
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop watching; an open watch is cut so the thread ends promptly."""
@@ -199,6 +236,9 @@ class Informer(Generic[T]):
             except (KubeError, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
                 if self._stopping.is_set():
                     return
+                if isinstance(exc, KubeError) and exc.status == 403 and version is None:
+                    self.refused = exc.message
+                    self._settled.set()
                 delay = RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)]
                 failures += 1
                 log.warning(
@@ -250,6 +290,7 @@ class Informer(Generic[T]):
         ending.append(Listed(frozenset(seen), int(version) if version.isdigit() else 0))
         self._known = seen
         self.lists += 1
+        self.refused = None
         self._emit(ending)
         if not served:
             raise _NotServedError()
@@ -287,7 +328,8 @@ class Informer(Generic[T]):
                 key = key_of(obj)
                 if kind == "DELETED":
                     self._known.discard(key)
-                    self._emit([Change("DELETED", key, self.record(obj))])
+                    last = self.record(obj) if self.last_states else None
+                    self._emit([Change("DELETED", key, last)])
                 else:
                     self._known.add(key)
                     self._emit([Change(str(kind), key, self.record(obj))])
@@ -325,6 +367,7 @@ class Informer(Generic[T]):
                 if self.listed is not None:
                     self.listed(item)
                 self.synced.set()
+                self._settled.set()
             if changes:
                 self.deliver(changes)
         finally:

@@ -19,8 +19,10 @@ from ambient_operator.controllers.waypoints.common import (
     CONCURRENCY,
     GATEWAY_API_RECHECK_SECONDS,
     GatewayKey,
+    Seen,
     _key,
     _labels,
+    unseen,
 )
 from ambient_operator.kube.client import Kube
 from ambient_operator.kube.resources import ObjectKey, cached_copy, key_of, resource_version
@@ -40,8 +42,10 @@ class WaypointCache:
         *,
         resync_seconds: float = 300.0,
         clock: Callable[[], str] = now_rfc3339,
+        seen: Seen = unseen,
     ) -> None:
         self.state = state
+        self.seen = seen
         self.kube = kube
         self.events = events
         self.resync_seconds = resync_seconds
@@ -167,6 +171,21 @@ class WaypointCache:
         if key in self.gateways:
             self.dirty.add(key)
             self._poke()
+
+    def forget_pruned(self, body: Mapping[str, Any]) -> None:
+        """Drop an object we just deleted: its deletion's event is then no news.
+
+        Only a deletion we did not make marks its Gateway `vanished`, to be
+        read again before its objects are put back.
+        """
+        gateway = _labels(body).get(c.LABEL_GATEWAY_NAME)
+        key = (_key(body)[0], str(gateway))
+        objects = self.objects.get(key)
+        if gateway is None or objects is None:
+            return
+        objects.pop(key_of(body), None)
+        if not objects:
+            self.objects.pop(key, None)
 
     def wants_config_map(self, name: str, namespace: str, labels: Mapping[str, str]) -> bool:
         """Watch filter: class defaults for istio-waypoint, or a ConfigMap a Gateway reads."""

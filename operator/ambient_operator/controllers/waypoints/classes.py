@@ -213,5 +213,6 @@ class WaypointClasses(WaypointPriming):
             log.warning("delete %s %s: %s", obj.get("kind"), obj["metadata"]["name"], exc)
             return False
         if deleted:
+            self.forget_pruned(obj)
             metrics.OBJECTS_PRUNED.labels(kind=str(obj.get("kind"))).inc()
         return True

@@ -7,11 +7,11 @@ the module that reads it. The own loop's timings are in controller.py.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ambient_operator.api import constants as c
-from ambient_operator.kube.resources import KINDS
+from ambient_operator.kube.resources import KINDS, Kind
 
 # One logger for the package, named as the module it was split from.
 log = logging.getLogger(__name__.rpartition(".")[0])
@@ -30,6 +30,14 @@ STATUS_ATTEMPTS = 3
 GATEWAY_API_RECHECK_SECONDS = 30.0
 
 GatewayKey = tuple[str, str]
+# Whether an object of a kind exists under (namespace, name) as the watches
+# see it; None when they cannot tell (app/watches.Watches.seen).
+Seen = Callable[[Kind, GatewayKey], bool | None]
+
+
+def unseen(_kind: Kind, _key: GatewayKey) -> bool | None:
+    """A `Seen` that cannot tell: every name is asked for before a write."""
+    return None
 
 
 def placement_of(pod: Mapping[str, Any]) -> tuple[str, str] | None:

@@ -12,7 +12,7 @@ from ambient_operator.api import metrics
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.apply.ownership import applies_field, conflict
 from ambient_operator.apply.plan import Owner, plan, prepare
-from ambient_operator.apply.writer import NameConflictError, claim_for_apply, hand_over, write
+from ambient_operator.apply.writer import NameConflictError, hand_over, write
 from ambient_operator.controllers.waypoints.classes import WaypointClasses
 from ambient_operator.controllers.waypoints.common import (
     GATEWAY,
@@ -99,9 +99,7 @@ class WaypointGateways(WaypointClasses):
         self.vanished.discard(key)
         if live is not None and live["metadata"].get("uid") == gateway["metadata"].get("uid"):
             return True
-        # As a list would have (app/watches.py): counted and logged the same way.
-        log.info("forgetting Gateway %s/%s: deleted while not watched", *key)
-        metrics.CACHE_GHOSTS.labels(kind="Gateway").inc()
+        metrics.forgotten_ghost("Gateway", "/".join(key))  # as a list would (app/watches.py)
         self.on_gateway("DELETED", gateway)
         return False
 
@@ -188,10 +186,17 @@ class WaypointGateways(WaypointClasses):
     ) -> dict[ObjectKey, dict[str, Any] | None]:
         """What the API server holds under each name we are about to write.
 
-        Our caches see only objects with our labels, so a name not among
-        this Gateway's own is asked for; whatever is not ours is a conflict.
+        Our caches keep only objects with our labels, but the informers of
+        these kinds see every object (`every_name` in priming.py): when none
+        of the names outside this Gateway's own is taken, nothing is asked
+        and a new waypoint's first write is its first request; the POST
+        refuses a name taken since (apply/writer.write). Otherwise every such
+        name is asked for, so the status names each conflict, not the first.
         """
         current: dict[ObjectKey, dict[str, Any] | None] = {}
+        others = [obj for obj in objects if key_of(obj) not in owned]
+        if all(self.seen(kind_of(dict(obj)), key_of(obj)[2:]) is False for obj in others):
+            return {key_of(obj): owned.get(key_of(obj)) for obj in objects}
 
         async def one(obj: Mapping[str, Any]) -> None:
             okey = key_of(obj)
@@ -246,11 +251,11 @@ class WaypointGateways(WaypointClasses):
         conflicts: list[str],
         errors: list[str],
     ) -> None:
-        created: list[dict[str, Any]] = []
-
         async def one(obj: dict[str, Any]) -> None:
             was = current.get(key_of(obj))
             try:
+                # Not claimed for apply (apply/writer.write): a waypoint's objects
+                # are the Gateway's by its reference, and most are never updated.
                 live = await self._call(write, self.kube, obj, was, owner, claim=False)
             except NameConflictError as exc:
                 conflicts.append(exc.message)  # taken meanwhile; nothing was written
@@ -259,26 +264,17 @@ class WaypointGateways(WaypointClasses):
                 log.warning("%s %s/%s: %s", obj["kind"], *key_of(obj)[2:], exc)
                 errors.append(wr.refusal(obj, exc.status, exc.message))
                 return
-            if was is None:
-                created.append(live)
             self.on_owned("MODIFIED", live)
             metrics.OBJECTS_APPLIED.labels(kind=obj["kind"]).inc()
 
-        async def claim(obj: dict[str, Any]) -> None:
-            try:
-                self.on_owned("MODIFIED", await self._call(claim_for_apply, self.kube, obj))
-            except KubeError as exc:
-                # Made good by the object's next update (apply/writer.py).
-                log.warning("%s %s/%s: %s", obj["kind"], *key_of(obj)[2:], exc)
-
         # The ServiceAccount first: a pod naming a missing one is refused,
-        # and the ReplicaSet controller backs off. The rest go together.
+        # and the ReplicaSet controller backs off. The rest go together,
+        # unless its name turned out taken (nothing else is written then).
         for obj in (o for o in objects if o["kind"] == "ServiceAccount"):
             await one(obj)
+        if conflicts or errors:
+            return
         await asyncio.gather(*(one(o) for o in objects if o["kind"] != "ServiceAccount"))
-        # A creation's fields are claimed for apply after every creation went
-        # out: the claims are off the path to a running waypoint.
-        await asyncio.gather(*(claim(obj) for obj in created))
 
     def _live(self, key: GatewayKey, kind: str, name: str, owner: Owner) -> dict[str, Any] | None:
         api = "apps/v1" if kind == "Deployment" else "v1"

@@ -63,6 +63,8 @@ class WaypointPriming(WaypointCache):
                 labels=ours,
                 cached=lambda: owned(kind),
                 forget=forget,
+                # A new Gateway's names are known free or taken without a GET.
+                every_name=True,
             )
 
         def class_defaults() -> dict[GatewayKey, dict[str, Any]]:
