@@ -40,13 +40,15 @@ class Seen:
 
 
 def test_the_server_filters_only_what_every_row_of_a_kind_asks_for() -> None:
-    def row(labels: dict[str, str | None] | None) -> Watched:
-        return Watched("r", CONFIG_MAP, lambda _e, _b: None, labels=labels)
+    def row(labels: dict[str, str | None] | None, every_name: bool = False) -> Watched:
+        return Watched("r", CONFIG_MAP, lambda _e, _b: None, labels=labels, every_name=every_name)
 
     assert server_selector([row({"a": "1", "b": None}), row({"a": "1"})]) == "a=1"
     assert server_selector([row({"a": "1", "b": None}), row({"b": None, "c": "2"})]) == "b"
     assert server_selector([row({"a": "1"}), row(None)]) is None  # one row sees everything
     assert server_selector([row({"a": "1"}), row({"a": "2"})]) is None
+    # A row that must know every name of the kind (a waypoint's objects) is not filtered.
+    assert server_selector([row({"a": "1"}), row({"a": "1"}, every_name=True)]) is None
 
 
 def test_rows_of_one_kind_share_one_watch_and_see_what_their_filters_pass(
@@ -145,5 +147,41 @@ def test_a_list_forgets_what_a_cache_holds_and_the_cluster_no_longer_does(
             kept.metadata.resource_version
         )
         assert _ghosts_counted() == before + 1
+    finally:
+        watches.stop()
+
+
+def test_a_kind_watched_whole_tells_which_names_are_taken(
+    cluster: LocalCluster, k8s: client.ApiClient, namespace: str, loop: asyncio.AbstractEventLoop
+) -> None:
+    """`seen`: True or False for a kind whose informer sees every object, else None."""
+    core = client.CoreV1Api(k8s)
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "theirs"}})
+    ours = {"feed-test": namespace}
+    secret = KINDS[("v1", "Secret")]
+    table = [
+        Watched("cms", CONFIG_MAP, Seen(), labels=dict(ours), every_name=True),
+        Watched("secrets", secret, Seen(), labels=dict(ours)),  # filtered by the server
+    ]
+    watches = Watches(Kube(load_credentials(str(cluster.kubeconfig))), table)
+    # Before the lists nothing is known.
+    assert watches.seen(CONFIG_MAP, (namespace, "theirs")) is None
+    watches.start(loop)
+    try:
+        assert watches.wait_synced(30) == []
+        assert watches.seen(CONFIG_MAP, (namespace, "theirs")) is True  # no label of ours
+        assert watches.seen(CONFIG_MAP, (namespace, "free")) is False
+        assert watches.seen(secret, (namespace, "anything")) is None
+        assert watches.seen(KINDS[("v1", "Node")], ("", "anything")) is None  # not watched
+        core.create_namespaced_config_map(namespace, {"metadata": {"name": "free"}})
+        wait_for(
+            lambda: watches.seen(CONFIG_MAP, (namespace, "free")), 30, "the new name seen taken"
+        )
+        core.delete_namespaced_config_map("theirs", namespace)
+        wait_for(
+            lambda: watches.seen(CONFIG_MAP, (namespace, "theirs")) is False,
+            30,
+            "the deleted name seen free",
+        )
     finally:
         watches.stop()
