@@ -369,3 +369,50 @@ def test_a_refused_list_ends_the_wait_and_says_why_until_rbac_allows_it(
         for delete in (rbac.delete_cluster_role_binding, rbac.delete_cluster_role):
             with contextlib.suppress(client.exceptions.ApiException):
                 delete(grant)
+
+
+def test_holds_knows_what_was_delivered_and_deletions_can_come_bare(
+    cluster: LocalCluster, k8s: client.ApiClient, namespace: str, loop: asyncio.AbstractEventLoop
+) -> None:
+    """`holds` is never behind the consumer, even within a list; `last_states` False."""
+    core = client.CoreV1Api(k8s)
+    label = unique_name("inf")
+    for i in range(5):
+        core.create_namespaced_config_map(namespace, _config_map(f"cm-{i}", label, str(i)))
+    store = Store()
+    behind: list[tuple[str, str]] = []
+    made: list[str] = []
+
+    def record(obj: Mapping[str, Any]) -> str:
+        made.append(str(obj["metadata"]["name"]))
+        return _record(obj)
+
+    def deliver(changes: list[Change[str]]) -> None:
+        # A consumer that holds a key its informer's `holds` denies would let a
+        # write go ahead on a name it could have known taken.
+        behind.extend(c.key for c in changes if c.type != "DELETED" and not informer.holds(c.key))
+        store.deliver(changes)
+
+    informer: Informer[str] = Informer(
+        Kube(load_credentials(str(cluster.kubeconfig))),
+        CONFIG_MAP,
+        record,
+        deliver,
+        loop,
+        label_selector=f"informer-test={label}",
+        page_size=2,  # three pages, delivered one by one
+        last_states=False,
+    )
+    informer.start()
+    try:
+        assert informer.wait_synced(30)
+        assert len(store.snapshot()) == 5
+        assert behind == []
+        assert informer.holds((namespace, "cm-0")) and not informer.holds((namespace, "cm-x"))
+        core.delete_namespaced_config_map("cm-0", namespace)
+        wait_for(lambda: (namespace, "cm-0") in store.deleted, 30, "the deletion")
+        assert store.last_states == [None]  # no record made of the deleted object
+        assert made.count("cm-0") == 1  # only when it was listed
+        assert not informer.holds((namespace, "cm-0"))
+    finally:
+        informer.stop()

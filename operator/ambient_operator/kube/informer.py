@@ -265,6 +265,9 @@ class Informer(Generic[T]):
                     for obj in page.get("items") or []:
                         key = key_of(obj)
                         seen.add(key)
+                        # Known before delivered (`holds`); what the list lacks
+                        # is taken out at its end.
+                        self._known.add(key)
                         changes.append(Change("ADDED", key, self.record(obj)))
                     version = str((page.get("metadata") or {}).get("resourceVersion") or "")
                     page.clear()
