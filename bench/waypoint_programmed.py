@@ -170,12 +170,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=50, help="Gateways per mode (default 50)")
     parser.add_argument("--gateway-api", default="v1.6", choices=["v1.4", "v1.6"])
     parser.add_argument("--json", metavar="FILE", help="also write the samples as JSON")
+    parser.add_argument(
+        "--kcm-arg",
+        action="append",
+        default=[],
+        help="an extra kube-controller-manager flag (repeatable), e.g. --kube-api-qps=100",
+    )
     args = parser.parse_args(argv)
 
     results: dict[str, dict[str, list[float]]] = {}
     with (
         tempfile.TemporaryDirectory(prefix="waypoint-bench-") as tmp,
-        LocalCluster(Path(tmp) / "cluster", verbose=False) as cluster,
+        LocalCluster(
+            Path(tmp) / "cluster",
+            verbose=False,
+            extra_args={"kube-controller-manager": args.kcm_arg} if args.kcm_arg else None,
+        ) as cluster,
         cluster.api_client() as api,
     ):
         apply_dirs(api, [CRDS_DIR, gateway_api_dir(args.gateway_api)])
