@@ -74,13 +74,19 @@ def _config_map(name: str, label: str, value: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "labels": {"informer-test": label}}, "data": {"v": value}}
 
 
+def _five_config_maps(core: client.CoreV1Api, namespace: str) -> str:
+    """cm-0 to cm-4, data v = their number, under a label of their own; the label."""
+    label = unique_name("inf")
+    for i in range(5):
+        core.create_namespaced_config_map(namespace, _config_map(f"cm-{i}", label, str(i)))
+    return label
+
+
 def test_lists_in_pages_then_follows_changes(
     cluster: LocalCluster, k8s: client.ApiClient, namespace: str, loop: asyncio.AbstractEventLoop
 ) -> None:
     core = client.CoreV1Api(k8s)
-    label = unique_name("inf")
-    for i in range(5):
-        core.create_namespaced_config_map(namespace, _config_map(f"cm-{i}", label, str(i)))
+    label = _five_config_maps(core, namespace)
     store = Store()
     informer = Informer(
         Kube(load_credentials(str(cluster.kubeconfig))),
@@ -376,9 +382,7 @@ def test_holds_knows_what_was_delivered_and_deletions_can_come_bare(
 ) -> None:
     """`holds` is never behind the consumer, even within a list; `last_states` False."""
     core = client.CoreV1Api(k8s)
-    label = unique_name("inf")
-    for i in range(5):
-        core.create_namespaced_config_map(namespace, _config_map(f"cm-{i}", label, str(i)))
+    label = _five_config_maps(core, namespace)
     store = Store()
     behind: list[tuple[str, str]] = []
     made: list[str] = []
