@@ -15,6 +15,7 @@ from ambient_operator.app.watches import Watches, server_selector
 from ambient_operator.cluster.watches import Watched
 from ambient_operator.kube.client import Kube
 from ambient_operator.kube.credentials import load_credentials
+from ambient_operator.kube.informer import not_listed
 from ambient_operator.kube.resources import KINDS
 from conftest import wait_for
 from test_informer import loop
@@ -76,7 +77,7 @@ def test_rows_of_one_kind_share_one_watch_and_see_what_their_filters_pass(
     watches = Watches(Kube(load_credentials(str(cluster.kubeconfig))), table)
     watches.start(loop)
     try:
-        assert watches.wait_synced(30) == []
+        assert not_listed(watches.informers, 30) == []
         assert len(watches.informers) == 1  # one list and one watch for the kind
         assert labelled.names() == {"labelled", "tiered"}
         assert tiered.names() == {"tiered"}
@@ -140,7 +141,7 @@ def test_a_list_forgets_what_a_cache_holds_and_the_cluster_no_longer_does(
     watches = Watches(Kube(load_credentials(str(cluster.kubeconfig))), [row])
     watches.start(loop)
     try:
-        assert watches.wait_synced(30) == []
+        assert not_listed(watches.informers, 30) == []
         wait_for(lambda: forgotten == [(namespace, "gone")], 30, "the ghost forgotten")
         assert set(cache) == {(namespace, "kept"), (namespace, "future")}
         assert cache[(namespace, "kept")]["metadata"]["resourceVersion"] == (
@@ -168,7 +169,7 @@ def test_a_kind_watched_whole_tells_which_names_are_taken(
     assert watches.seen(CONFIG_MAP, (namespace, "theirs")) is None
     watches.start(loop)
     try:
-        assert watches.wait_synced(30) == []
+        assert not_listed(watches.informers, 30) == []
         assert watches.seen(CONFIG_MAP, (namespace, "theirs")) is True  # no label of ours
         assert watches.seen(CONFIG_MAP, (namespace, "free")) is False
         assert watches.seen(secret, (namespace, "anything")) is None

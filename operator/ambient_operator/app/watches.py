@@ -26,7 +26,7 @@ from typing import Any
 from ambient_operator.api import metrics
 from ambient_operator.cluster.watches import Watched
 from ambient_operator.kube.client import Kube
-from ambient_operator.kube.informer import Change, Informer, Listed, ghosts, not_listed
+from ambient_operator.kube.informer import Change, Informer, Listed, ghosts
 from ambient_operator.kube.resources import Kind
 
 Body = Mapping[str, Any]
@@ -148,10 +148,6 @@ class Watches:
                     return None
                 return informer.holds(key)
         return None
-
-    def wait_synced(self, timeout: float) -> list[str]:
-        """Block until every kind was listed once; the kinds that were not (kube/informer.py)."""
-        return not_listed(self.informers, timeout)
 
     def stop(self) -> None:
         """Stop every watch (blocking: run it in a thread)."""
