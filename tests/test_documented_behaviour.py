@@ -27,7 +27,13 @@ from ambient_devcluster import (
     create_nodes,
     install_istiod_objects,
 )
-from ambient_devcluster.harness import condition, create_mesh, get_mesh, set_mesh_spec
+from ambient_devcluster.harness import (
+    condition,
+    create_mesh,
+    delete_mesh,
+    get_mesh,
+    set_mesh_spec,
+)
 from ambient_operator.api import constants as c
 from conftest import BIN_DIR, REPO_ROOT, binaries_present, ignoring, unique_name, wait_for
 from operator_harness import AuditLog, RunningOperator, free_port, webhook_args
@@ -529,14 +535,7 @@ def test_without_an_ambientmesh_the_waypoint_controller_writes_nothing(
         },
     )
     operator.stop()
-    custom.delete_cluster_custom_object(c.API_GROUP, c.API_VERSION, c.PLURAL, c.MESH_NAME)
-    wait_for(
-        lambda: (
-            not custom.list_cluster_custom_object(c.API_GROUP, c.API_VERSION, c.PLURAL)["items"]
-        ),
-        TIMEOUT,
-        "the AmbientMesh gone",
-    )
+    delete_mesh(api)
     _gateway(api, ns, "waypoint", class_name=klass)
     mark = audit.mark()
     log_before = len(operator.log_text())

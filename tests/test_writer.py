@@ -70,6 +70,16 @@ def test_conflict_names_the_holder() -> None:
     )
 
 
+def test_conflict_with_a_deleted_namesake_says_so() -> None:
+    earlier = {"apiVersion": MESH.api_version, "kind": "AmbientMesh", "name": "default"}
+    live = _obj(ownerReferences=[{**earlier, "uid": "uid-old", "controller": True}])
+    assert conflict(live, MESH) == (
+        "ConfigMap x exists and is controlled by an earlier AmbientMesh default (uid uid-old), "
+        "which was deleted; the garbage collector has not removed it yet. If it stays, "
+        "delete it and it is made again"
+    )
+
+
 def test_may_prune_needs_ownership_and_scope() -> None:
     ours = _obj(namespace="istio-system", ownerReferences=[_ref("uid-mesh")])
     assert may_prune(ours, MESH, {"istio-system"})

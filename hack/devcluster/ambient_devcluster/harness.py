@@ -344,10 +344,31 @@ def set_mesh_spec(api: client.ApiClient, spec: Mapping[str, Any]) -> dict[str, A
     return obj
 
 
-def delete_mesh(api: client.ApiClient) -> None:
-    """Delete the AmbientMesh `default`, if there is one."""
-    with contextlib.suppress(ApiException):
-        _custom(api).delete_cluster_custom_object(c.API_GROUP, c.API_VERSION, c.PLURAL, c.MESH_NAME)
+def delete_mesh(api: client.ApiClient, timeout: float = 180) -> None:
+    """Delete the AmbientMesh `default`, if there is one, and wait until it is
+    gone with everything it owned.
+
+    In the foreground, so the name stays taken until the garbage collector has
+    deleted the mesh's objects. A mesh made again at once would otherwise race
+    kube-controller-manager: when its watch of AmbientMeshes is re-listing at
+    that moment (after an API server restart), the list shows `default` with a
+    new uid, which its garbage collector takes for an update of the old mesh.
+    The old mesh's objects are then never collected, and the new mesh finds
+    them controlled by its namesake (seen in CI after tests/test_chaos_compaction.py).
+    """
+    try:
+        _custom(api).delete_cluster_custom_object(
+            c.API_GROUP,
+            c.API_VERSION,
+            c.PLURAL,
+            c.MESH_NAME,
+            body=client.V1DeleteOptions(propagation_policy="Foreground"),
+        )
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        return
+    wait_for(lambda: read_mesh(api) is None, timeout, "the AmbientMesh and its objects deleted")
 
 
 @contextlib.contextmanager

@@ -95,8 +95,16 @@ def conflict(live: Mapping[str, Any] | None, owner: Owner | None) -> str | None:
     if ref is not None:
         holder = f"{ref.get('kind', '?')} {ref.get('name', '?')}"
         if holder == f"{owner.kind} {owner.name}":
-            # A namesake: an owner deleted and made again before garbage collection.
-            holder += f" (uid {ref.get('uid', '?')})"
+            # Owners are unique by kind and name where an ownerReference can
+            # point (its own namespace, or cluster-wide), so a namesake with
+            # another uid has been deleted. Its objects normally go within
+            # seconds; kube-controller-manager keeps them for good when the
+            # deletion and the new owner fell into one re-list of its watch.
+            return (
+                f"{describe(live)} exists and is controlled by an earlier {holder} "
+                f"(uid {ref.get('uid', '?')}), which was deleted; the garbage collector "
+                "has not removed it yet. If it stays, delete it and it is made again"
+            )
         return (
             f"{describe(live)} exists and is controlled by {holder}, "
             f"not by {owner.kind} {owner.name}"
