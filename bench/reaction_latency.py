@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import json
 import tempfile
 import threading
@@ -52,9 +53,12 @@ from ambient_devcluster import (
     to_kwok_node,
 )
 from ambient_devcluster.harness import (
+    OPERATOR_USER,
     SAMPLE_NODES,
+    AuditLog,
     current,
     get_mesh,
+    is_write,
     wait_for,
     ws2025_node,
 )
@@ -74,6 +78,14 @@ WS2025_ZTUNNEL = "ztunnel-windows-ltsc2025"
 WS2025_CNI = "istio-cni-node-windows-ltsc2025"
 TIMEOUT = 60.0
 KINDS = ("namespace", "gateway", "node")
+# Who the benchmark client is in the audit log (the devcluster's admin kubeconfig).
+CLIENT_USER = "kubernetes-admin"
+# The parts of a trial, from the audit log: the trigger's time in the API server, the
+# reactor's share (trigger stored -> its first request received: watch delivery,
+# debounce, its own work, its client), the reactor's requests (first received -> last
+# done, so sequential ones count with the gaps between them), and the rest (this
+# client's request overhead and the watch event back to it).
+PARTS = ("trigger", "reactor", "requests", "rest")
 
 
 def base_nodes() -> list[dict[str, Any]]:
@@ -177,12 +189,59 @@ def _timed(write: Callable[[], Any], arrival: Callable[[], float]) -> float:
     return arrival() - started
 
 
+def _stamp(text: str) -> float:
+    """An audit timestamp as seconds since the epoch (the machine's wall clock)."""
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def trial_parts(
+    window: tuple[float, float],
+    client_events: list[dict[str, Any]],
+    reactor_events: list[dict[str, Any]],
+) -> dict[str, float] | None:
+    """The PARTS of one trial that ran in `window` (wall clock, start and end).
+
+    The trigger is the client's first request received in the window; the
+    reactor's requests are those received after the trigger was stored and
+    before the window's end. A request's watch event can reach the client
+    before the API server logs the request complete, so the last one counts
+    up to the window's end at most. None when either is missing.
+    """
+    start, end = window
+
+    def times(e: dict[str, Any]) -> tuple[float, float]:
+        return _stamp(e["requestReceivedTimestamp"]), _stamp(e["stageTimestamp"])
+
+    triggers = sorted(times(e) for e in client_events if start <= times(e)[0] <= end)
+    if not triggers:
+        return None
+    received, stored = triggers[0]
+    answers = [t for t in map(times, reactor_events) if stored <= t[0] <= end]
+    if not answers:
+        return None
+    first = min(r for r, _ in answers)
+    last = min(end, max(d for _, d in answers))
+    return {
+        "trigger": stored - received,
+        "reactor": first - stored,
+        "requests": last - first,
+        "rest": (received - start) + (end - last),
+    }
+
+
 class ReactionBench:
     """Watches and namespaces of the reaction-latency trials on one cluster."""
 
-    def __init__(self, api: client.ApiClient, op: BenchOperator) -> None:
+    def __init__(
+        self, api: client.ApiClient, op: BenchOperator, audit: AuditLog | None = None
+    ) -> None:
         self.api = api
         self.op = op
+        # Without the audit log, parts() has nothing to tell.
+        self.audit = audit
+        self.audit_since = audit.mark() if audit else 0
+        # (kind, wall-clock start, end) of each operator and chain-floor trial.
+        self.windows: list[tuple[str, float, float]] = []
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
         self.custom = client.CustomObjectsApi(api)
@@ -234,9 +293,67 @@ class ReactionBench:
             with contextlib.suppress(ApiException):
                 self.core.delete_namespace(ns)
 
+    def _timed(self, kind: str, write: Callable[[], Any], arrival: Callable[[], float]) -> None:
+        """One trial of `kind`: its sample, and its window for :meth:`parts`."""
+        start = time.time()
+        sample = _timed(write, arrival)
+        self.samples[kind].append(sample)
+        self.windows.append((kind, start, start + sample))
+
+    def clear(self) -> None:
+        """Forget the samples so far (a warm-up's)."""
+        for values in self.samples.values():
+            values.clear()
+        self.windows.clear()
+        self.audit_since = self.audit.mark() if self.audit else 0
+
+    def parts(self) -> dict[str, dict[str, list[float]]]:
+        """Per kind (and the chain floor), each of PARTS across its trials, in seconds.
+
+        The operator's requests are its own user's; the chain floor's reactor is
+        this client, whose answer is its second request in the window.
+        """
+        if self.audit is None:
+            return {}
+        # A watch or list completes when it ends, long after it was received.
+        ours = [
+            e
+            for e in self.audit.events(self.audit_since, user=OPERATOR_USER)
+            if e["verb"] not in ("watch", "list")
+        ]
+        mine = [e for e in self.audit.events(self.audit_since, user=CLIENT_USER) if is_write(e)]
+        out: dict[str, dict[str, list[float]]] = {}
+        for kind, start, end in self.windows:
+            if kind == "chain floor":
+                inside = sorted(
+                    (e for e in mine if start <= _stamp(e["requestReceivedTimestamp"]) <= end),
+                    key=lambda e: _stamp(e["requestReceivedTimestamp"]),
+                )
+                got = trial_parts((start, end), inside[:1], inside[1:])
+            else:
+                got = trial_parts((start, end), mine, ours)
+            if got is not None:
+                for part, value in got.items():
+                    out.setdefault(kind, {}).setdefault(part, []).append(value)
+        return out
+
     # -- one trial of each kind ------------------------------------------------------------
     def namespace(self, i: int) -> None:
         """Floor: a label on a namespace; operator: the Warning Event for a bad label."""
+        event = self.watch_events.expect(
+            lambda _t, o: (
+                o["involvedObject"]["name"] == "bench-react"
+                and o["reason"] == "InvalidDataplaneMode"
+                and f"'bad-{i}'" in o["message"]
+            )
+        )
+        self._timed(
+            "namespace",
+            lambda: self.core.patch_namespace(
+                "bench-react", {"metadata": {"labels": {c.LABEL_DATAPLANE_MODE: f"bad-{i}"}}}
+            ),
+            lambda: event.wait(TIMEOUT, "the InvalidDataplaneMode Event"),
+        )
         floor = self.watch_namespaces.expect(
             lambda _t, o: (
                 o["metadata"]["name"] == "bench-floor"
@@ -251,24 +368,17 @@ class ReactionBench:
                 lambda: floor.wait(TIMEOUT, "the floor namespace label"),
             )
         )
-        event = self.watch_events.expect(
-            lambda _t, o: (
-                o["involvedObject"]["name"] == "bench-react"
-                and o["reason"] == "InvalidDataplaneMode"
-                and f"'bad-{i}'" in o["message"]
-            )
-        )
-        self.samples["namespace"].append(
-            _timed(
-                lambda: self.core.patch_namespace(
-                    "bench-react", {"metadata": {"labels": {c.LABEL_DATAPLANE_MODE: f"bad-{i}"}}}
-                ),
-                lambda: event.wait(TIMEOUT, "the InvalidDataplaneMode Event"),
-            )
-        )
 
     def gateway(self, i: int) -> None:
         """Floor: a Gateway nobody serves; operator: the waypoint Deployment of ours."""
+        deployment = self.watch_deployments.expect(named(f"wp-{i}", "ADDED"))
+        self._timed(
+            "gateway",
+            lambda: self.custom.create_namespaced_custom_object(
+                GW_GROUP, GW_VERSION, "bench-gw", "gateways", gateway(f"wp-{i}")
+            ),
+            lambda: deployment.wait(TIMEOUT, f"Deployment wp-{i}"),
+        )
         floor = self.watch_gateways.expect(named(f"floor-{i}", "ADDED"))
         self.samples["gateway floor"].append(
             _timed(
@@ -282,15 +392,6 @@ class ReactionBench:
                 lambda: floor.wait(TIMEOUT, "the floor Gateway"),
             )
         )
-        deployment = self.watch_deployments.expect(named(f"wp-{i}", "ADDED"))
-        self.samples["gateway"].append(
-            _timed(
-                lambda: self.custom.create_namespaced_custom_object(
-                    GW_GROUP, GW_VERSION, "bench-gw", "gateways", gateway(f"wp-{i}")
-                ),
-                lambda: deployment.wait(TIMEOUT, f"Deployment wp-{i}"),
-            )
-        )
 
     def node(self, i: int) -> None:
         """Floor: a Node created (and removed); operator: the status listing the new node.
@@ -299,6 +400,12 @@ class ReactionBench:
         waiting for its name (not a count) cannot be fooled by the floor's node.
         """
         floor_name, name = f"floor-node-{i}", f"joining-{i}"
+        counted = self.watch_mesh.expect(lambda _t, o: name in _unsupported(o))
+        self._timed(
+            "node",
+            lambda: self.core.create_node(s390x_node(name)),
+            lambda: counted.wait(TIMEOUT, "the AmbientMesh status to list the node"),
+        )
         floor = self.watch_nodes.expect(named(floor_name, "ADDED"))
         self.samples["node floor"].append(
             _timed(
@@ -306,31 +413,23 @@ class ReactionBench:
                 lambda: floor.wait(TIMEOUT, "the floor Node"),
             )
         )
-        self.core.delete_node(floor_name)
-        counted = self.watch_mesh.expect(lambda _t, o: name in _unsupported(o))
-        self.samples["node"].append(
-            _timed(
-                lambda: self.core.create_node(s390x_node(name)),
-                lambda: counted.wait(TIMEOUT, "the AmbientMesh status to list the node"),
-            )
-        )
         gone = self.watch_mesh.expect(
             lambda _t, o: name not in _unsupported(o) and floor_name not in _unsupported(o)
         )
+        self.core.delete_node(floor_name)
         self.core.delete_node(name)
-        gone.wait(TIMEOUT, "the AmbientMesh status to drop the node")
+        gone.wait(TIMEOUT, "the AmbientMesh status to drop both nodes")
 
     def chain(self, i: int) -> None:
         """Floor: write -> watch -> write -> watch with no logic in between."""
         pong = self.watch_pongs.expect(named(f"pong-{i}", "ADDED"))
-        self.samples["chain floor"].append(
-            _timed(
-                lambda: self.core.create_namespaced_config_map(
-                    "bench-chain",
-                    {"metadata": {"name": f"ping-{i}", "labels": {"bench/role": "ping"}}},
-                ),
-                lambda: pong.wait(TIMEOUT, f"pong-{i}"),
-            )
+        self._timed(
+            "chain floor",
+            lambda: self.core.create_namespaced_config_map(
+                "bench-chain",
+                {"metadata": {"name": f"ping-{i}", "labels": {"bench/role": "ping"}}},
+            ),
+            lambda: pong.wait(TIMEOUT, f"pong-{i}"),
         )
 
     def run(self, trials: int, progress: Callable[[str], None]) -> dict[str, list[float]]:
@@ -442,19 +541,19 @@ def measure(
     op = prepare(cluster, api, workdir)
     try:
         # Warm up every path once (template compilation, first connections).
-        bench = ReactionBench(api, op)
+        bench = ReactionBench(api, op, AuditLog(cluster.audit_log))
         try:
             bench.run(1, lambda _msg: None)
-            for values in bench.samples.values():
-                values.clear()
+            bench.clear()
             reaction = bench.run(trials, progress)
+            parts = bench.parts()
         finally:
             bench.close()
         join = node_join(api, op, join_trials, progress)
         alive = op.alive()
     finally:
         op.stop()
-    return {"reaction": reaction, "join": join, "operator_survived": alive}
+    return {"reaction": reaction, "parts": parts, "join": join, "operator_survived": alive}
 
 
 def main() -> int:

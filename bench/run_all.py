@@ -847,6 +847,48 @@ def _debounces() -> dict[str, float]:
     return {"namespace": main, "node": main, "gateway": IDLE_DEBOUNCE_SECONDS}
 
 
+def _parts_table(parts: dict[str, dict[str, list[float]]], debounce: dict[str, float]) -> list[str]:
+    """Where each reaction's time goes, from the audit log (ReactionBench.parts)."""
+    from reaction_latency import PARTS
+
+    if not parts:
+        return []
+    lines = [
+        "**Where the time goes.** From the API server's audit log, whose timestamps of "
+        "each request (received, completed) are on this machine's clock like the trials': "
+        "the trigger's time in the API server; the reactor's share, from the trigger stored "
+        "to the reactor's first request received (the watch event reaching it, any "
+        "debounce, its own work, its client); its requests, from the first received to "
+        "the last done (sequential ones count with the gaps between them); and the rest "
+        "(this client's request overhead and the watch event back to it). p50 of each part "
+        "across the trials, so the parts need not add up to the p50 above:",
+        "",
+        "| | n | trigger | reactor's share | its requests | rest |",
+        "|---|---|---|---|---|---|",
+    ]
+    for kind in (*REACTIONS, "chain floor"):
+        got = parts.get(kind)
+        if not got:
+            continue
+        cells = " | ".join(f"{quantile(got[p], 0.5) * 1000:.1f} ms" for p in PARTS)
+        lines.append(f"| {kind} | {len(got['trigger'])} | {cells} |")
+    chain = parts.get("chain floor")
+    if chain:
+        floor = quantile(chain["reactor"], 0.5)
+        beyond = ", ".join(
+            f"{k} {(quantile(parts[k]['reactor'], 0.5) - floor - debounce[k]) * 1000:.1f} ms"
+            for k in REACTIONS
+            if k in parts
+        )
+        lines += [
+            "",
+            f"Beyond the zero-logic reactor's share ({floor * 1000:.1f} ms) and the idle "
+            f"debounce, the operator's own share is {beyond}: its pass's work and the hops "
+            "between the informer thread, the event loop and the API threads.",
+        ]
+    return [*lines, ""]
+
+
 def _reaction_section(results: dict[str, Any]) -> list[str]:
     reaction = results.get("reaction")
     if _failed(reaction):
@@ -856,7 +898,6 @@ def _reaction_section(results: dict[str, Any]) -> list[str]:
     chain = quantile(samples["chain floor"], 0.5)
     floors = [quantile(samples[f"{k} floor"], 0.5) for k in REACTIONS]
     debounce = _debounces()
-    own = {k: quantile(samples[k], 0.5) - debounce[k] for k in REACTIONS}
     text = [
         "### Reaction latency (issue 8)",
         "",
@@ -874,7 +915,9 @@ def _reaction_section(results: dict[str, Any]) -> list[str]:
         "",
         "The **floor** of each kind is the same client making the same kind of write (a "
         "namespace label, a Gateway of a class nobody serves, a Node) and waiting for that "
-        "write's own watch event; it runs right before each operator trial. The **chain "
+        "write's own watch event; it runs right after each operator trial, so that the "
+        "operator's reaction to the floor's write (it watches nodes, namespaces and "
+        "Gateways too) cannot delay the trial. The **chain "
         "floor** is a zero-logic reactor in the benchmark process that answers a ConfigMap "
         "with another (write → watch → write → watch): the least any controller that reacts "
         "with a write can take. Each trial starts after the operator made no reconcile pass "
@@ -903,16 +946,14 @@ def _reaction_section(results: dict[str, Any]) -> list[str]:
             f"{debounce['namespace'] * 1000:.0f} ms for more events (`idle_debounce_seconds` "
             "in app/options.py, `IDLE_DEBOUNCE_SECONDS` in "
             "controllers/waypoints/controller.py), so that "
-            "events delivered together are one pass; without that wait the operator's "
-            "share of the p50 is about "
-            + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in own.items())
-            + f", against a chain floor of {chain * 1000:.0f} ms. That share is the pass "
-            "itself — the informer handing the event over, the pass checking namespaces, the data "
-            "plane (render for every node, compare every object) and the waypoints, then the "
-            "write through the Python client — in one Python process on 2 cores shared with "
-            "the whole control plane.",
+            "events delivered together are one pass. What is left is the pass itself — the "
+            "informer handing the event over, the pass checking namespaces, the data plane "
+            "(render for every node, compare every object) and the waypoints, then the write "
+            "through the Python client — in one Python process on 2 cores shared with the "
+            "whole control plane; the parts below measure it.",
             "",
         ]
+    text += _parts_table(reaction.get("parts") or {}, debounce)
     tails = [k for k in REACTIONS if quantile(samples[k], 0.99) > 5 * quantile(samples[k], 0.5)]
     if tails:
         text += [
@@ -977,6 +1018,25 @@ def _reaction_section(results: dict[str, Any]) -> list[str]:
             "",
         ]
     return text
+
+
+def _cpu_use(scale: dict[str, Any], milestone: str, results: dict[str, Any]) -> list[str]:
+    """What each process's CPU time was from the operator's start to `milestone`."""
+    used = (scale.get("cpu_at_milestones") or {}).get(milestone)
+    seconds = float((scale.get("milestones") or {}).get(milestone, 0.0))
+    if not used or seconds <= 0:
+        return []
+    cores = int((results.get("machine") or {}).get("nproc") or 0) or 2
+    total = sum(used.values())
+    by_use = sorted(used.items(), key=lambda kv: -kv[1])
+    return [
+        f"**Where the CPU went** from the operator's start until {milestone} "
+        f"({seconds:.1f} s; {cores} cores, so {cores * seconds:.1f} CPU-seconds at most): "
+        + ", ".join(f"{name} {cpu:.1f} s" for name, cpu in by_use)
+        + f"; together {total:.1f} s, {100 * total / (cores * seconds):.0f} % of what the "
+        "machine had (user and system time from /proc, at the milestone's first poll).",
+        "",
+    ]
 
 
 def _scale_section(results: dict[str, Any]) -> list[str]:
@@ -1070,6 +1130,7 @@ def _scale_section(results: dict[str, Any]) -> list[str]:
             "(see the notes at the top).",
             "",
         ]
+        text += _cpu_use(scale, "every waypoint Deployment applied", results)
     fast = results.get("scale_kcm")
     if fast is not None and not _failed(fast):
         fms = fast["milestones"]

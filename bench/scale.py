@@ -30,7 +30,7 @@ import random
 import signal
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,15 +208,30 @@ def populate(
 class Progress:
     """First time (seconds after the operator's start) each milestone was seen."""
 
-    def __init__(self, api: client.ApiClient, expected: dict[str, Any], started: float) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        expected: dict[str, Any],
+        started: float,
+        pids: Mapping[str, int] | None = None,
+    ) -> None:
         self.api = api
         self.expected = expected
         self.started = started
         self.seen: dict[str, float] = {}
+        # CPU seconds each process (control plane and operator) used from the
+        # start to each milestone: what the 2 cores were busy with meanwhile.
+        self.pids = dict(pids or {})
+        self.cpu_start = {name: _cpu_seconds(pid) for name, pid in self.pids.items()}
+        self.cpu: dict[str, dict[str, float]] = {}
 
     def _mark(self, name: str, reached: bool) -> bool:
         if reached and name not in self.seen:
             self.seen[name] = time.monotonic() - self.started
+            self.cpu[name] = {
+                proc: round(_cpu_seconds(pid) - self.cpu_start[proc], 2)
+                for proc, pid in self.pids.items()
+            }
         return reached
 
     def check(self) -> bool:
@@ -295,13 +310,17 @@ def measure(
     try:
         mark = audit.mark()
         op.start()
-        watch_progress = Progress(api, expected, op.started_at)
+        assert op.proc is not None
+        watch_progress = Progress(
+            api, expected, op.started_at, {**cluster.pids(), "operator": op.proc.pid}
+        )
         wait_for(watch_progress.check, timeout, "convergence", interval=0.5)
         converged_mark = audit.mark()
         assert op.proc is not None
         result["cpu_s"] = _cpu_seconds(op.proc.pid)
         result["rss_converged_kib"] = op.rss_kib()
         result["milestones"] = watch_progress.seen
+        result["cpu_at_milestones"] = watch_progress.cpu
         if tracemalloc:
             result.setdefault("memory_reports", []).append(_memory_report(op, reports))
         progress(f"scale: converged in {watch_progress.seen['converged']:.1f}s")

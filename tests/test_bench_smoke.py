@@ -187,3 +187,74 @@ def test_profile_and_memory_sections_show_what_was_measured() -> None:
     assert "**At convergence:** traced 3.0 MiB now, 5.0 MiB at its peak." in text
     assert "| `kube/informer.py:60` | 1.0 |" in text
     assert "Not measured: not run." in "\n".join(run_all._profile_section({}))
+
+
+def _audit(received: str, done: str) -> dict[str, Any]:
+    return {
+        "requestReceivedTimestamp": f"2026-01-01T00:00:{received}Z",
+        "stageTimestamp": f"2026-01-01T00:00:{done}Z",
+    }
+
+
+def test_a_trials_parts_come_from_the_audit_timestamps() -> None:
+    import reaction_latency
+
+    start = 1767225600.0  # 2026-01-01T00:00:00Z
+    trigger = _audit("01.002000", "01.007000")
+    before = _audit("00.500000", "00.900000")  # another trial's
+    answers = [_audit("01.020000", "01.025000"), _audit("01.026000", "01.031000")]
+    late = _audit("01.040000", "01.060000")  # received after the trial's end
+    parts = reaction_latency.trial_parts(
+        (start + 1.0, start + 1.035), [before, trigger], [before, *answers, late]
+    )
+    assert parts is not None
+    assert {k: round(v * 1000, 3) for k, v in parts.items()} == {
+        "trigger": 5.0,
+        "reactor": 13.0,
+        "requests": 11.0,
+        "rest": 6.0,
+    }
+    assert reaction_latency.trial_parts((start + 1.0, start + 1.035), [before], answers) is None
+    assert reaction_latency.trial_parts((start + 1.0, start + 1.035), [trigger], [late]) is None
+    # Its watch event came before the API server logged it complete: counted to the end.
+    slow = [_audit("01.020000", "01.050000")]
+    parts = reaction_latency.trial_parts((start + 1.0, start + 1.035), [trigger], slow)
+    assert parts is not None
+    assert round(parts["requests"] * 1000, 3) == 15.0
+    assert round(parts["rest"] * 1000, 3) == 2.0
+
+
+def test_the_reaction_section_tells_the_measured_parts() -> None:
+    results = _results()
+    ms = {"trigger": 0.005, "reactor": 0.013, "requests": 0.006, "rest": 0.002}
+    results["reaction"]["parts"] = {
+        kind: {
+            part: [value + (0.010 if kind == "node" and part == "reactor" else 0)] * 3
+            for part, value in ms.items()
+        }
+        for kind in ("namespace", "gateway", "node", "chain floor")
+    }
+    text = "\n".join(run_all._reaction_section(results))
+    assert "| node | 3 | 5.0 ms | 23.0 ms | 6.0 ms | 2.0 ms |" in text
+    assert "| chain floor | 3 | 5.0 ms | 13.0 ms | 6.0 ms | 2.0 ms |" in text
+    # node: 23 ms share - 13 ms of the zero-logic reactor - the 5 ms idle debounce.
+    assert "node 5.0 ms" in text
+    del results["reaction"]["parts"]
+    assert "Where the time goes" not in "\n".join(run_all._reaction_section(results))
+
+
+def test_the_scale_section_tells_where_the_cpu_went() -> None:
+    results = _results()
+    scale = results["scale"]
+    scale["milestones"] |= {"every waypoint Deployment applied": 10.0, "converged": 40.0}
+    scale["cpu_at_milestones"] = {
+        "every waypoint Deployment applied": {"etcd": 3.0, "kube-apiserver": 9.0, "operator": 4.0}
+    }
+    text = "\n".join(run_all._scale_section(results))
+    assert (
+        "**Where the CPU went** from the operator's start until every waypoint Deployment "
+        "applied (10.0 s; 2 cores, so 20.0 CPU-seconds at most): kube-apiserver 9.0 s, "
+        "operator 4.0 s, etcd 3.0 s; together 16.0 s, 80 % of what the machine had"
+    ) in text
+    del scale["cpu_at_milestones"]
+    assert "Where the CPU went" not in "\n".join(run_all._scale_section(results))
