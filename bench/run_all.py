@@ -189,9 +189,11 @@ def measure(
             ):
                 if not only:  # the machine table describes the full run
                     results["machine"] = machine(kube_version(api))
-                return reaction_latency.measure(
+                measured = reaction_latency.measure(
                     cl, api, work, plan.trials, plan.join_trials, progress=log
                 )
+                # Kept with the figures: the section may be written at a later commit.
+                return measured | {"debounce": _debounces()}
 
         def scaled() -> dict[str, Any]:
             with LocalCluster(work / "scale", bin_dir=default_bin_dir(), verbose=False) as cl:
@@ -847,6 +849,23 @@ def _debounces() -> dict[str, float]:
     return {"namespace": main, "node": main, "gateway": IDLE_DEBOUNCE_SECONDS}
 
 
+def _idle_wait(seconds: float) -> str:
+    """The sentence on what an idle operator waits for before its pass."""
+    where = (
+        "(`idle_debounce_seconds` in app/options.py, `IDLE_DEBOUNCE_SECONDS` in "
+        "controllers/waypoints/controller.py)"
+    )
+    if seconds <= 0:
+        return (
+            f"An idle operator does not wait for more events {where}: its pass starts at "
+            "once, and what arrives during it makes one more. "
+        )
+    return (
+        f"An idle operator first waits {seconds * 1000:.0f} ms for more events {where}, "
+        "so that events delivered together are one pass. "
+    )
+
+
 def _parts_table(parts: dict[str, dict[str, list[float]]], debounce: dict[str, float]) -> list[str]:
     """Where each reaction's time goes, from the audit log (ReactionBench.parts)."""
     from reaction_latency import PARTS
@@ -897,7 +916,7 @@ def _reaction_section(results: dict[str, Any]) -> list[str]:
     join = reaction["join"]
     chain = quantile(samples["chain floor"], 0.5)
     floors = [quantile(samples[f"{k} floor"], 0.5) for k in REACTIONS]
-    debounce = _debounces()
+    debounce = reaction.get("debounce") or _debounces()
     text = [
         "### Reaction latency (issue 8)",
         "",
@@ -942,11 +961,9 @@ def _reaction_section(results: dict[str, Any]) -> list[str]:
             "is two writes and two watch events, the floor one write's round trip: even the "
             f"zero-logic chain floor is {chain / (sum(floors) / len(floors)):.1f}x the mean "
             "floor, which leaves the operator's own work almost no room within 2x; the chain "
-            "floor is the fairer comparison. An idle operator first waits "
-            f"{debounce['namespace'] * 1000:.0f} ms for more events (`idle_debounce_seconds` "
-            "in app/options.py, `IDLE_DEBOUNCE_SECONDS` in "
-            "controllers/waypoints/controller.py), so that "
-            "events delivered together are one pass. What is left is the pass itself — the "
+            "floor is the fairer comparison. "
+            + _idle_wait(debounce["namespace"])
+            + "What is left is the pass itself — the "
             "informer handing the event over, the pass checking namespaces, the data plane "
             "(render for every node, compare every object) and the waypoints, then the write "
             "through the Python client — in one Python process on 2 cores shared with the "

@@ -234,6 +234,7 @@ def test_the_reaction_section_tells_the_measured_parts() -> None:
         }
         for kind in ("namespace", "gateway", "node", "chain floor")
     }
+    results["reaction"]["debounce"] = {"namespace": 0.005, "node": 0.005, "gateway": 0.005}
     text = "\n".join(run_all._reaction_section(results))
     assert "| node | 3 | 5.0 ms | 23.0 ms | 6.0 ms | 2.0 ms |" in text
     assert "| chain floor | 3 | 5.0 ms | 13.0 ms | 6.0 ms | 2.0 ms |" in text
@@ -258,3 +259,9 @@ def test_the_scale_section_tells_where_the_cpu_went() -> None:
     ) in text
     del scale["cpu_at_milestones"]
     assert "Where the CPU went" not in "\n".join(run_all._scale_section(results))
+
+
+def test_the_idle_wait_is_told_as_measured() -> None:
+    assert run_all._idle_wait(0.005).startswith("An idle operator first waits 5 ms for more events")
+    assert run_all._idle_wait(0.0).startswith("An idle operator does not wait for more events")
+    assert "its pass starts at once" in run_all._idle_wait(0.0)

@@ -38,11 +38,12 @@ class Options:
     lease_name: str = "ambient-operator"
     lease_seconds: float = 15.0
     debounce_seconds: float = 0.2
-    # A change reaching an idle operator is handled at once: only events
-    # arriving within this of each other (delivered together) are folded. A
-    # `kubectl apply` of many objects may take two passes; the second waits
-    # behind the spacing of passes, so a larger stream still folds.
-    idle_debounce_seconds: float = 0.005
+    # A change reaching an idle operator is handled at once: the pass starts
+    # as soon as the events already handed over are in the caches. Waiting
+    # even 5 ms for companions cost every isolated change those 5 ms
+    # (bench/reaction_latency.py); what arrives during a pass makes one more,
+    # and a longer stream is folded by the spacing of passes.
+    idle_debounce_seconds: float = 0.0
     max_delay_seconds: float = 1.0
     # Pod and rollout progress only changes status: batch it more.
     status_delay_seconds: float = 3.0
