@@ -796,6 +796,29 @@ def test_templates_refuse_undefined_values() -> None:
         render_object("serviceaccount.yaml.j2", name="x", namespace="y")
 
 
+def test_a_rendered_object_is_the_callers_own_and_follows_its_values() -> None:
+    sa = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "x", "namespace": "y", "labels": {"a": "1"}},
+        "automountServiceAccountToken": False,
+    }
+    values = {"name": "x", "namespace": "y", "labels": {"a": "1"}, "automount": False}
+    first = render_object("serviceaccount.yaml.j2", **values)
+    assert first == sa
+    first["metadata"]["labels"]["a"] = "changed by the caller"
+    # Rendered again from the same values (kept since the first): unchanged by the caller.
+    assert render_object("serviceaccount.yaml.j2", **values) == sa
+    moved = render_object("serviceaccount.yaml.j2", **(values | {"labels": {"a": "2"}}))
+    assert moved["metadata"]["labels"] == {"a": "2"}
+    assert "automountServiceAccountToken" not in render_object(
+        "serviceaccount.yaml.j2", **(values | {"automount": True})
+    )
+    # Values JSON cannot key (a set) are rendered each time, the same way.
+    unkeyed = render_object("serviceaccount.yaml.j2", **(values | {"automount": {"x"}}))
+    assert "automountServiceAccountToken" not in unkeyed
+
+
 @pytest.mark.parametrize("template", MY_TEMPLATES)
 def test_templates_fit_on_a_screen(template: str) -> None:
     lines = (REPO / "templates" / template).read_text().splitlines()
