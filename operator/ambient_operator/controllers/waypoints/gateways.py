@@ -267,11 +267,14 @@ class WaypointGateways(WaypointClasses):
             self.on_owned("MODIFIED", live)
             metrics.OBJECTS_APPLIED.labels(kind=obj["kind"]).inc()
 
-        # All together, the ServiceAccount too: one round trip. The waypoint's
-        # first pod is created two controller hops after its Deployment, by
-        # when the ServiceAccount is stored, and the ServiceAccount admission
-        # plugin looks a name up live when its cache lacks it.
-        await asyncio.gather(*(one(o) for o in objects))
+        # The ServiceAccount first: a pod naming a missing one is refused,
+        # and the ReplicaSet controller backs off. The rest go together,
+        # unless its name turned out taken (nothing else is written then).
+        for obj in (o for o in objects if o["kind"] == "ServiceAccount"):
+            await one(obj)
+        if conflicts or errors:
+            return
+        await asyncio.gather(*(one(o) for o in objects if o["kind"] != "ServiceAccount"))
 
     def _live(self, key: GatewayKey, kind: str, name: str, owner: Owner) -> dict[str, Any] | None:
         api = "apps/v1" if kind == "Deployment" else "v1"
