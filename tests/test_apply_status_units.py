@@ -7,7 +7,15 @@ from typing import Any
 from ambient_operator.api.conditions import Problem, Verdict
 from ambient_operator.api.constants import LABEL_CONTROLLER
 from ambient_operator.api.v1alpha1 import AmbientMeshStatus
-from ambient_operator.apply.plan import HASH_ANNOTATION, Owner, is_subset, plan, prepare, up_to_date
+from ambient_operator.apply.plan import (
+    HASH_ANNOTATION,
+    Owner,
+    PassMemo,
+    is_subset,
+    plan,
+    prepare,
+    up_to_date,
+)
 from ambient_operator.cluster.enrollment import namespace_problems, pod_enrolled, summarize
 from ambient_operator.cluster.state import PodSummary
 from ambient_operator.status.components import (
@@ -81,6 +89,45 @@ def test_plan_applies_changed_and_prunes_unwanted() -> None:
     result = plan([keep], live)
     assert result.apply == [] and result.unchanged == 1
     assert [o["metadata"]["name"] for o in result.prune] == ["old"]
+
+
+def test_a_pass_memo_hands_back_only_what_an_equal_input_made() -> None:
+    memo = PassMemo()
+    (first,) = memo.prepare([_cm({"a": "1"})], OWNER, "dataplane")
+    assert first == prepare(_cm({"a": "1"}), OWNER, "dataplane")
+    # Rendered again, equal: the same object, its hash not worked out again.
+    assert memo.prepare([_cm({"a": "1"})], OWNER, "dataplane")[0] is first
+    (changed,) = memo.prepare([_cm({"a": "2"})], OWNER, "dataplane")
+    assert changed["data"] == {"a": "2"}
+    assert (
+        changed["metadata"]["annotations"][HASH_ANNOTATION]
+        != (first["metadata"]["annotations"][HASH_ANNOTATION])
+    )
+    other = Owner("ambientoperator.io/v1alpha1", "AmbientMesh", "default", "uid-2")
+    (moved,) = memo.prepare([_cm({"a": "2"})], other, "dataplane")
+    assert moved["metadata"]["ownerReferences"][0]["uid"] == "uid-2"
+    # A pass that did not render it forgets it.
+    memo.prepare([], other, "dataplane")
+    assert memo.prepare([_cm({"a": "2"})], other, "dataplane")[0] is not moved
+
+
+def test_a_pass_memo_judges_again_when_the_live_object_or_the_input_changes() -> None:
+    memo = PassMemo()
+    (want,) = memo.prepare([_cm({"a": "1"})], OWNER, "dataplane")
+    key = ("v1", "ConfigMap", "istio-system", "x")
+    live = _live(want)
+    assert plan([want], {key: live}, memo).unchanged == 1
+    drifted = _live(want)
+    drifted["data"] = {"a": "2"}
+    drifted["metadata"]["resourceVersion"] = "8"
+    assert [o["data"] for o in plan([want], {key: drifted}, memo).apply] == [{"a": "1"}]
+    # Put right, at a newer version: up to date again.
+    fixed = _live(want)
+    fixed["metadata"]["resourceVersion"] = "9"
+    assert plan([want], {key: fixed}, memo).unchanged == 1
+    (changed,) = memo.prepare([_cm({"a": "3"})], OWNER, "dataplane")
+    assert [o["data"] for o in plan([changed], {key: fixed}, memo).apply] == [{"a": "3"}]
+    assert not memo.up_to_date(want, None)
 
 
 def _ds(desired: int, ready: int, updated: int, gen: int = 1, observed: int = 1) -> dict[str, Any]:

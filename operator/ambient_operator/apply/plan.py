@@ -17,7 +17,7 @@ from typing import Any
 
 from ambient_operator.api import constants as c
 from ambient_operator.api.constants import LABEL_CONTROLLER
-from ambient_operator.kube.resources import ObjectKey, key_of
+from ambient_operator.kube.resources import ObjectKey, key_of, resource_version
 
 HASH_ANNOTATION = "ambientoperator.io/desired-hash"
 
@@ -128,18 +128,21 @@ class Plan:
 def plan(
     prepared: Iterable[Mapping[str, Any]],
     live: Mapping[ObjectKey, Mapping[str, Any]],
+    memo: PassMemo | None = None,
 ) -> Plan:
     """Compare desired objects with the live ones of the same prune set.
 
     `live` must hold only objects of this controller's prune set (selected by
-    our labels); whatever there is not desired any more is pruned.
+    our labels); whatever there is not desired any more is pruned. `memo`
+    remembers what was found up to date, for the next pass.
     """
     result = Plan()
     wanted: set[ObjectKey] = set()
+    judge = memo.up_to_date if memo is not None else up_to_date
     for obj in prepared:
         key = key_of(obj)
         wanted.add(key)
-        if up_to_date(obj, live.get(key)):
+        if judge(obj, live.get(key)):
             result.unchanged += 1
         else:
             result.apply.append(dict(obj))
@@ -147,3 +150,64 @@ def plan(
         if key not in wanted:
             result.prune.append(dict(obj))
     return result
+
+
+# A rendered object, the owner and controller it was prepared for, and the result.
+_Prepared = tuple[Mapping[str, Any], "Owner | None", str, dict[str, Any]]
+
+
+class PassMemo:
+    """What one controller's last pass prepared and found up to date.
+
+    Each pass renders every object again, and nearly all of them are what
+    the pass before rendered, against live objects that have not changed
+    since. Both steps are pure functions of those inputs: an object equal
+    to the one rendered last time (one dict comparison, in C) gets the same
+    prepared object back, without its desired hash; a prepared object
+    already found up to date against the same live resourceVersion is up
+    to date still, without comparing field by field. Together they were a
+    third of a node pass (bench/profile_passes.py). Holds one pass's
+    objects: a key not rendered in a pass is forgotten.
+    """
+
+    def __init__(self) -> None:
+        self._prepared: dict[ObjectKey, _Prepared] = {}
+        self._current: dict[ObjectKey, tuple[dict[str, Any], int]] = {}
+
+    def prepare(
+        self, objects: Iterable[Mapping[str, Any]], owner: Owner | None, controller: str
+    ) -> list[dict[str, Any]]:
+        """`prepare` of each object; the very object of the last pass where its input is equal.
+
+        Callers must not change what they get: the next pass may be handed it again.
+        """
+        kept: dict[ObjectKey, _Prepared] = {}
+        out = []
+        for obj in objects:
+            key = key_of(obj)
+            held = self._prepared.get(key)
+            if held is not None and held[1] == owner and held[2] == controller and held[0] == obj:
+                done = held[3]
+            else:
+                done = prepare(obj, owner, controller)
+            kept[key] = (obj, owner, controller, done)
+            out.append(done)
+        self._prepared = kept
+        self._current = {k: v for k, v in self._current.items() if k in kept}
+        return out
+
+    def up_to_date(self, prepared: Mapping[str, Any], live: Mapping[str, Any] | None) -> bool:
+        """`up_to_date`, remembered for this prepared object and the live resourceVersion."""
+        if live is None:
+            return False
+        key = key_of(prepared)
+        version = resource_version(live)
+        held = self._current.get(key)
+        if held is not None and held[0] is prepared and held[1] == version and version:
+            return True
+        fresh = up_to_date(prepared, live)
+        if fresh and isinstance(prepared, dict):
+            self._current[key] = (prepared, version)
+        else:
+            self._current.pop(key, None)
+        return fresh

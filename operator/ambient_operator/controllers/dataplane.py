@@ -42,7 +42,7 @@ from ambient_operator.api.v1alpha1 import (
     Enrollment,
 )
 from ambient_operator.apply.ownership import describe
-from ambient_operator.apply.plan import Owner, plan, prepare
+from ambient_operator.apply.plan import Owner, PassMemo, plan
 from ambient_operator.apply.writer import NameConflictError, prune, write
 from ambient_operator.cluster.enrollment import summarize
 from ambient_operator.cluster.facts import node_os
@@ -81,6 +81,11 @@ class DataplaneController(DataplaneMoves):
     def node_readiness(self) -> NodeReadinessGate:
         """The opt-in removal of nodes' readiness taints (controllers/node_readiness.py)."""
         return NodeReadinessGate(self.state, self.kube)
+
+    @functools.cached_property
+    def memo(self) -> PassMemo:
+        """What the last pass prepared and found up to date (apply/plan.py)."""
+        return PassMemo()
 
     def problems(self, spec: AmbientMeshSpec, result: RenderResult) -> list[Problem]:
         """Everything that makes the mesh Degraded (judged in status/components.py)."""
@@ -121,9 +126,10 @@ class DataplaneController(DataplaneMoves):
             return
         moving_from = sorted(self.agent_namespaces(owner) - {spec.namespace})
         # The same nodes as the facts below: nothing awaits in between.
-        platform = platform_status(self.platform_choice(spec))
+        choice = self.platform_choice(spec)
+        platform = platform_status(choice)
         try:
-            facts = self.facts(spec, moving_from, owner)
+            facts = self.facts(spec, moving_from, owner, choice)
             # Pure, and the pass's largest piece of CPU (bench/profile_passes.py):
             # in a thread, the event loop keeps serving the waypoints' pass and
             # the watches meanwhile (a Gateway made with its namespace waited
@@ -164,12 +170,12 @@ class DataplaneController(DataplaneMoves):
     async def _apply(
         self, owner: Owner, target: str, moving_from: Sequence[str], result: RenderResult
     ) -> ApplyOutcome:
-        prepared = await asyncio.to_thread(
-            lambda: [prepare(obj, owner, CONTROLLER) for obj in result.objects]
-        )
+        # In the loop, not a thread: what the last pass prepared costs a
+        # comparison, and a hop to a thread and back cost more than that.
+        prepared = self.memo.prepare(result.objects, owner, CONTROLLER)
         # Only this mesh's objects can be up to date or pruned; anything else
         # under a name we want is written through the writer, which refuses it.
-        todo = plan(prepared, self.ours(owner))
+        todo = plan(prepared, self.ours(owner), self.memo)
         outcome = ApplyOutcome()
         refused: set[ObjectKey] = set()
         for obj in todo.apply:

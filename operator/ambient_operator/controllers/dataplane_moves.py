@@ -112,11 +112,19 @@ class DataplaneMoves:
         return ip if ip and ip != "None" else None
 
     def facts(
-        self, spec: AmbientMeshSpec, moving_from: Sequence[str] = (), owner: Owner | None = None
+        self,
+        spec: AmbientMeshSpec,
+        moving_from: Sequence[str] = (),
+        owner: Owner | None = None,
+        choice: PlatformChoice | None = None,
     ) -> ClusterFacts:
-        """Cluster facts for render, from the caches; `owner`'s agents tell a rollout's progress."""
+        """Cluster facts for render, from the caches; `owner`'s agents tell a rollout's progress.
+
+        `choice` is `platform_choice(spec)` when the caller has it already:
+        detection reads every Node.
+        """
         nodes = tuple(NodeFacts.from_node(node) for _, node in sorted(self.state.nodes.items()))
-        choice = self.platform_choice(spec)
+        choice = choice or self.platform_choice(spec)
         return ClusterFacts(
             nodes=nodes,
             istiod_ip=self._service_ip(spec.namespace, spec.istiod.service()),
