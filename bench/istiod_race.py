@@ -76,8 +76,10 @@ from ambient_devcluster import (
 )
 from ambient_devcluster.harness import (
     CRDS_DIR,
+    OPERATOR_USER,
     SAMPLE_NODES,
     SAMPLES_DIR,
+    AuditLog,
     current,
     metric_total,
     parse_metrics,
@@ -87,12 +89,24 @@ from ambient_devcluster.launcher import LOOPBACK
 from ambient_operator.api import constants as c
 from ambient_operator.controllers.waypoints.common import METRICS_NAME
 from benchlib import GATEWAY_API, BenchOperator, Watcher, summary
-from reaction_latency import GW_GROUP, GW_VERSION, WAYPOINT_CLASS, ReactionBench, gateway
+from reaction_latency import (
+    CLIENT_USER,
+    GW_GROUP,
+    GW_VERSION,
+    WAYPOINT_CLASS,
+    ReactionBench,
+    gateway,
+    trial_parts,
+)
 
 CLASSES = {"ours": WAYPOINT_CLASS, "istiod": c.ISTIO_WAYPOINT_CLASS}
 MODES = ("fresh", "known")
 MILESTONES = ("deployment", "available", "programmed")
 FLOOR = "chain floor"
+# What either controller writes for a waypoint, and how istiod's requests
+# are told from this client's, both being the devcluster's admin.
+WAYPOINT_RESOURCES = frozenset({"serviceaccounts", "deployments", "services", "gateways"})
+ISTIOD_AGENT = "pilot-discovery/"
 TIMEOUT = 60.0
 # istiod's counters of what it is told and does: the watch events of its
 # config store and service registry, and the pushes they cause (its gateway
@@ -171,8 +185,15 @@ def class_accepted(api: client.ApiClient, name: str) -> bool:
 class Race:
     """The watches, namespaces and samples of the race on one cluster."""
 
-    def __init__(self, api: client.ApiClient, op: RaceOperator) -> None:
+    def __init__(
+        self, api: client.ApiClient, op: RaceOperator, audit: AuditLog | None = None
+    ) -> None:
         self.op = op
+        # The trials as (series, namespace, wall-clock start, end at the
+        # Deployment's event), for parts(); without the audit log, none.
+        self.audit = audit
+        self.audit_since = audit.mark() if audit else 0
+        self.windows: list[tuple[str, str, float, float]] = []
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         for side in CLASSES:
@@ -217,8 +238,13 @@ class Race:
             if self.gateway(side, self._known(side), "warm-up")["programmed"] is None:
                 raise TimeoutError(f"the warm-up Gateway of {class_name} never got Programmed")
 
-    def gateway(self, side: str, namespace: str, name: str) -> dict[str, float | None]:
-        """Seconds from the create request to each milestone (None: not within TIMEOUT)."""
+    def gateway(
+        self, side: str, namespace: str, name: str, mode: str | None = None
+    ) -> dict[str, float | None]:
+        """Seconds from the create request to each milestone (None: not within TIMEOUT).
+
+        With `mode`, the trial is kept for parts().
+        """
         expectations = {
             "deployment": self.deployments.expect(_at(namespace, name, "ADDED")),
             "available": self.deployments.expect(
@@ -231,7 +257,7 @@ class Race:
                 lambda t, o: _at(namespace, name)(t, o) and current(o, "Programmed")
             ),
         }
-        started = time.monotonic()
+        wall, started = time.time(), time.monotonic()
         self.custom.create_namespaced_custom_object(
             GW_GROUP, GW_VERSION, namespace, "gateways", gateway(name, CLASSES[side])
         )
@@ -244,7 +270,20 @@ class Race:
                 )
             except TimeoutError:
                 took[milestone] = None
+        deployed = took["deployment"]
+        if mode is not None and deployed is not None:
+            self.windows.append((f"{side} {mode}", namespace, wall, wall + deployed))
         return took
+
+    def parts(self) -> dict[str, list[dict[str, float]]]:
+        """race_parts() of the trials since the warm-up; empty without the audit log."""
+        if self.audit is None:
+            return {}
+        return race_parts(
+            self.windows,
+            self.audit.events(self.audit_since, user=OPERATOR_USER),
+            self.audit.events(self.audit_since, user=CLIENT_USER),
+        )
 
     def trial(self, i: int) -> None:
         """Trial `i`: the chain floor, then each class (alternating first) in both modes."""
@@ -263,7 +302,7 @@ class Race:
                     self._create_namespace(namespace)
                 else:
                     namespace, name = self._known(side), f"wp-{i}"
-                for milestone, took in self.gateway(side, namespace, name).items():
+                for milestone, took in self.gateway(side, namespace, name, mode).items():
                     series = key(side, mode, milestone)
                     if took is None:
                         self.missed[series] += 1
@@ -280,6 +319,53 @@ class Race:
                     for side in CLASSES
                 }
                 progress(f"istiod race: {i + 1}/{trials} trials, fresh Programmed p50 ms {p50}")
+
+
+def race_parts(
+    windows: list[tuple[str, str, float, float]],
+    operator: list[dict[str, Any]],
+    bench: list[dict[str, Any]],
+) -> dict[str, list[dict[str, float]]]:
+    """Per series ("ours fresh", ...), reaction_latency's PARTS of each trial, in order (seconds).
+
+    `windows` are (series, namespace, start, end) on the wall clock;
+    `operator` and `bench` the audit events of the operator and of the
+    devcluster's admin, who is both this client and istiod (it runs with
+    the admin kubeconfig; its user agent tells it apart). The bench's
+    Gateway create is the trigger; the answer is its controller's requests
+    for the waypoint's objects in the trial's namespace, so what either
+    does for the namespace itself (istiod's root-certificate ConfigMap, our
+    mesh's status) is not counted.
+    """
+
+    def inside(namespace: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [e for e in events if (e.get("objectRef") or {}).get("namespace") == namespace]
+
+    def answer(event: dict[str, Any]) -> bool:
+        # A watch or list completes when it ends, long after it was received.
+        return event["verb"] not in ("watch", "list") and (
+            (event.get("objectRef") or {}).get("resource") in WAYPOINT_RESOURCES
+        )
+
+    istiod = [e for e in bench if str(e.get("userAgent", "")).startswith(ISTIOD_AGENT)]
+    answers = {
+        side: [e for e in events if answer(e)]
+        for side, events in (("ours", operator), ("istiod", istiod))
+    }
+    creates = [
+        e
+        for e in bench
+        if e["verb"] == "create" and (e.get("objectRef") or {}).get("resource") == "gateways"
+    ]
+    out: dict[str, list[dict[str, float]]] = {}
+    for series, namespace, start, end in windows:
+        side = series.split(" ", 1)[0]
+        got = trial_parts(
+            (start, end), inside(namespace, creates), inside(namespace, answers[side])
+        )
+        if got is not None:
+            out.setdefault(series, []).append(got)
+    return out
 
 
 def _p50_ms(values: list[float]) -> int | None:
@@ -311,16 +397,18 @@ def _race(
     trials: int,
     progress: Callable[[str], None],
     lap: Callable[[str], float],
+    audit: AuditLog | None = None,
 ) -> dict[str, Any]:
     """The sample AmbientMesh, both classes Accepted, the warm-up, then the trials."""
     sample = yaml.safe_load((SAMPLES_DIR / "ambientmesh.yaml").read_text())
     apply_objects(api, [sample])
     for name in CLASSES.values():
         wait_for(partial(class_accepted, api, name), 180, f"GatewayClass {name} Accepted")
-    race = Race(api, op)
+    race = Race(api, op, audit)
     try:
         lap("operator")
         race.warm_up()
+        race.audit_since = audit.mark() if audit else 0
         progress(f"istiod race: set up in {lap('warm-up'):.0f}s, {trials} trials")
         race.run(trials, progress)
     finally:
@@ -333,6 +421,7 @@ def _race(
         "missed": race.missed,
         "summaries": summaries,
         "ratios": ratios(summaries),
+        "parts": race.parts(),
     }
 
 
@@ -363,7 +452,7 @@ def measure(trials: int, progress: Callable[[str], None] = print) -> dict[str, A
             op = RaceOperator(cluster, Path(tmp) / "operator.log", istiod)
             op.start()
             try:
-                result = _race(api, op, trials, progress, lap)
+                result = _race(api, op, trials, progress, lap, AuditLog(cluster.audit_log))
             except Exception:
                 # The work directory goes away with the cluster: show why now.
                 print(f"operator log:\n{op.log_tail(40)}", file=sys.stderr)

@@ -212,7 +212,7 @@ def trial_parts(
     def times(e: dict[str, Any]) -> tuple[float, float]:
         return _stamp(e["requestReceivedTimestamp"]), _stamp(e["stageTimestamp"])
 
-    triggers = sorted(times(e) for e in client_events if start <= times(e)[0] <= end)
+    triggers = sorted(t for t in map(times, client_events) if start <= t[0] <= end)
     if not triggers:
         return None
     received, stored = triggers[0]

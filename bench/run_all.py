@@ -690,7 +690,33 @@ def _istiod_section(results: dict[str, Any]) -> list[str]:
         "",
         _quantile_table(race["samples"]),
         "",
+        *_race_parts(race.get("parts") or {}),
     ]
+
+
+def _race_parts(parts: dict[str, list[dict[str, float]]]) -> list[str]:
+    """Where each side's time to its Deployment went: p50 of each part and the slowest trial."""
+    from reaction_latency import PARTS
+
+    if not parts:
+        return []
+    lines = [
+        "**Where the time to the Deployment goes**, from the audit log as in the reaction "
+        "section: the trigger (the Gateway's create in the API server), the controller's "
+        "share until its first request about the Gateway's namespace, those requests, and "
+        "the rest; at p50 and in the slowest trial of each series. istiod runs as the "
+        "devcluster's admin, so its requests are told from ours by user:",
+        "",
+        "| | n | trigger | controller's share | its requests | rest |",
+        "|---|---|---|---|---|---|",
+    ]
+    for series, trials in parts.items():
+        p50 = " | ".join(f"{quantile([t[p] for t in trials], 0.5) * 1000:.1f} ms" for p in PARTS)
+        lines.append(f"| {series}, p50 | {len(trials)} | {p50} |")
+        slowest = max(trials, key=lambda t: sum(t.values()))
+        worst = " | ".join(f"{slowest[p] * 1000:.1f} ms" for p in PARTS)
+        lines.append(f"| {series}, slowest | 1 | {worst} |")
+    return [*lines, ""]
 
 
 def _waypoint_figures(wp: Any) -> list[Figure]:
@@ -899,10 +925,11 @@ def _parts_table(parts: dict[str, dict[str, list[float]]], debounce: dict[str, f
             for k in REACTIONS
             if k in parts
         )
+        waited = " and the idle debounce" if any(debounce.get(k) for k in REACTIONS) else ""
         lines += [
             "",
-            f"Beyond the zero-logic reactor's share ({floor * 1000:.1f} ms) and the idle "
-            f"debounce, the operator's own share is {beyond}: its pass's work and the hops "
+            f"Beyond the zero-logic reactor's share ({floor * 1000:.1f} ms){waited}, the "
+            f"operator's own share is {beyond}: its pass's work and the hops "
             "between the informer thread, the event loop and the API threads.",
         ]
     return [*lines, ""]
@@ -965,7 +992,8 @@ def _reaction_section(results: dict[str, Any]) -> list[str]:
             + _idle_wait(debounce["namespace"])
             + "What is left is the pass itself — the "
             "informer handing the event over, the pass checking namespaces, the data plane "
-            "(render for every node, compare every object) and the waypoints, then the write "
+            "(render for every node; objects unchanged since the last pass cost a "
+            "comparison each) and the waypoints, then the write "
             "through the Python client — in one Python process on 2 cores shared with the "
             "whole control plane; the parts below measure it.",
             "",

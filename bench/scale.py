@@ -316,7 +316,6 @@ def measure(
         )
         wait_for(watch_progress.check, timeout, "convergence", interval=0.5)
         converged_mark = audit.mark()
-        assert op.proc is not None
         result["cpu_s"] = _cpu_seconds(op.proc.pid)
         result["rss_converged_kib"] = op.rss_kib()
         result["milestones"] = watch_progress.seen

@@ -224,6 +224,56 @@ def test_a_trials_parts_come_from_the_audit_timestamps() -> None:
     assert round(parts["rest"] * 1000, 3) == 2.0
 
 
+def test_the_race_parts_count_only_requests_about_the_gateways_namespace() -> None:
+    import istiod_race
+
+    start = 1767225600.0 + 1.0
+
+    def event(
+        verb: str, resource: str, namespace: str | None, at: tuple[str, str], agent: str = ""
+    ) -> Any:
+        ref = {"resource": resource} | ({"namespace": namespace} if namespace else {})
+        return {**_audit(*at), "verb": verb, "objectRef": ref, "userAgent": agent}
+
+    bench = [
+        event("create", "namespaces", None, ("01.001000", "01.002000")),
+        event("create", "gateways", "race-ours-0", ("01.003000", "01.006000")),
+        event("create", "gateways", "race-istiod-0", ("01.004000", "01.005000")),
+    ]
+    operator = [
+        event("patch", "ambientmeshes", None, ("01.007000", "01.010000")),  # the mesh's status
+        event("watch", "deployments", "race-ours-0", ("01.008000", "01.040000")),
+        event("create", "serviceaccounts", "race-ours-0", ("01.016000", "01.019000")),
+        event("patch", "deployments", "race-ours-0", ("01.020000", "01.026000")),
+        event("create", "deployments", "race-istiod-0", ("01.007000", "01.008000")),
+    ]
+    # istiod runs as the admin: its answer is among the bench user's requests,
+    # told apart by its user agent; its root-certificate ConfigMap is not one.
+    istiod = "pilot-discovery/unknown"
+    bench += [
+        event("create", "configmaps", "race-istiod-0", ("01.009000", "01.010000"), istiod),
+        event("patch", "deployments", "race-istiod-0", ("01.012000", "01.020000"), istiod),
+        event("patch", "deployments", "race-istiod-0", ("01.006000", "01.009000"), "python"),
+    ]
+    windows = [
+        ("ours fresh", "race-ours-0", start, start + 0.030),
+        ("istiod fresh", "race-istiod-0", start, start + 0.022),
+        ("ours known", "other", start, start),
+    ]
+    got = istiod_race.race_parts(windows, operator, bench)
+    assert list(got) == ["ours fresh", "istiod fresh"]
+    assert [{k: round(v * 1000, 3) for k, v in t.items()} for t in got["ours fresh"]] == [
+        {"trigger": 3.0, "reactor": 10.0, "requests": 10.0, "rest": 7.0}
+    ]
+    assert [{k: round(v * 1000, 3) for k, v in t.items()} for t in got["istiod fresh"]] == [
+        {"trigger": 1.0, "reactor": 7.0, "requests": 8.0, "rest": 6.0}
+    ]
+    text = "\n".join(run_all._race_parts(got))
+    assert "| ours fresh, p50 | 1 | 3.0 ms | 10.0 ms | 10.0 ms | 7.0 ms |" in text
+    assert "| ours fresh, slowest | 1 | 3.0 ms | 10.0 ms | 10.0 ms | 7.0 ms |" in text
+    assert run_all._race_parts({}) == []
+
+
 def test_the_reaction_section_tells_the_measured_parts() -> None:
     results = _results()
     ms = {"trigger": 0.005, "reactor": 0.013, "requests": 0.006, "rest": 0.002}
@@ -240,6 +290,11 @@ def test_the_reaction_section_tells_the_measured_parts() -> None:
     assert "| chain floor | 3 | 5.0 ms | 13.0 ms | 6.0 ms | 2.0 ms |" in text
     # node: 23 ms share - 13 ms of the zero-logic reactor - the 5 ms idle debounce.
     assert "node 5.0 ms" in text
+    assert "Beyond the zero-logic reactor's share (13.0 ms) and the idle debounce," in text
+    results["reaction"]["debounce"] = {"namespace": 0.0, "node": 0.0, "gateway": 0.0}
+    text = "\n".join(run_all._reaction_section(results))
+    assert "Beyond the zero-logic reactor's share (13.0 ms), the operator's" in text
+    assert "node 10.0 ms" in text
     del results["reaction"]["parts"]
     assert "Where the time goes" not in "\n".join(run_all._reaction_section(results))
 
