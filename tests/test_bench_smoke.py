@@ -271,6 +271,11 @@ def test_the_race_parts_count_only_requests_about_the_gateways_namespace() -> No
     text = "\n".join(run_all._race_parts(got))
     assert "| ours fresh, p50 | 1 | 3.0 ms | 10.0 ms | 10.0 ms | 7.0 ms |" in text
     assert "| ours fresh, slowest | 1 | 3.0 ms | 10.0 ms | 10.0 ms | 7.0 ms |" in text
+    assert "took 50 ms or more: ours fresh 0 of 1, istiod fresh 0 of 1." in text
+    got["ours fresh"].append({"trigger": 0.053, "reactor": 0.01, "requests": 0.01, "rest": 0.0})
+    text = "\n".join(run_all._race_parts(got))
+    assert "| ours fresh, slowest | 1 | 53.0 ms | 10.0 ms | 10.0 ms | 0.0 ms |" in text
+    assert "50 ms or more: ours fresh 1 of 2, istiod fresh 0 of 1." in text
     assert run_all._race_parts({}) == []
 
 
