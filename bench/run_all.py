@@ -707,9 +707,10 @@ def _race_parts(parts: dict[str, list[dict[str, float]]]) -> list[str]:
     lines = [
         "**Where the time to the Deployment goes**, from the audit log as in the reaction "
         "section: the trigger (the Gateway's create in the API server), the controller's "
-        "share until its first request about the Gateway's namespace, those requests, and "
-        "the rest; at p50 and in the slowest trial of each series. istiod runs as the "
-        "devcluster's admin, so its requests are told from ours by user:",
+        "share until its first request for the waypoint's objects in the Gateway's "
+        "namespace, those requests, and the rest; at p50 and in the slowest trial of each "
+        "series. Ours are the operator's user's requests; istiod runs as the devcluster's "
+        "admin, like this client, and its requests are told apart by their user agent:",
         "",
         "| | n | trigger | controller's share | its requests | rest |",
         "|---|---|---|---|---|---|",
