@@ -449,18 +449,33 @@ def gateway_rejected(listeners: Sequence[Mapping[str, Any]]) -> bool:
     return False
 
 
-def waypoint_accepted_reasons(gateway: Mapping[str, Any]) -> set[str]:
+# docs/waypoints.md, spec.waypoints.policy.serviceAccountLabels: its default.
+_WAYPOINT_ACCOUNT_LABELS = {"ambientoperator.io/waypoint-service-account": "true"}
+
+
+def waypoint_accepted_reasons(
+    gateway: Mapping[str, Any], accounts: Mapping[str, Mapping[str, str]] | None = None
+) -> set[str]:
     """The Accepted reasons a Gateway of the operator's class may get (docs/waypoints.md).
 
     {"Accepted"} when nothing is wrong; otherwise every documented False
     reason that applies (the documents give no order among them).
+    `accounts` are the labels of each ServiceAccount of the Gateway's
+    namespace that existed before it, under the default policy.
     """
     meta = gateway.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     # An empty override names nothing, so the Gateway's own name stands.
     base = annotations.get("gateway.istio.io/name-override") or meta["name"]
-    account = annotations.get("gateway.istio.io/service-account") or base
+    named = annotations.get("gateway.istio.io/service-account")
+    account = named or base
     out = set()
+    held = (accounts or {}).get(named) if named else None
+    if held is not None and any(held.get(k) != v for k, v in _WAYPOINT_ACCOUNT_LABELS.items()):
+        # "names a ServiceAccount that already exists and is not the Gateway's
+        # own": it may run as it only with the policy's labels; a violation is
+        # `InvalidParameters`. A Gateway just created owns nothing yet.
+        out.add("InvalidParameters")
     if len(base) > 63 or not _DNS1035.fullmatch(base):
         out.add("Invalid")  # it must name a Service
     if len(account) > 253 or not _SUBDOMAIN.fullmatch(account):

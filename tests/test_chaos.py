@@ -856,6 +856,12 @@ def test_fuzzed_input_is_rejected_or_handled(
             },
             "spec": {"gatewayClassName": "ambient-waypoint", "listeners": listeners},
         }
+        # Earlier examples' Gateways stay, and so do the ServiceAccounts made as
+        # theirs: one the annotation names is then somebody else's.
+        accounts = {
+            sa.metadata.name: sa.metadata.labels or {}
+            for sa in core.list_namespaced_service_account(fuzz_namespace).items
+        }
         gateway = created(
             lambda: custom.create_namespaced_custom_object(
                 GW_GROUP, GW_VERSION, fuzz_namespace, "gateways", body
@@ -875,7 +881,7 @@ def test_fuzzed_input_is_rejected_or_handled(
         stored = created(lambda: core.create_node(_node_body(node_name, node)), False, "node")
         try:
             if gateway is not None:
-                reasons = oracle.waypoint_accepted_reasons(gateway)
+                reasons = oracle.waypoint_accepted_reasons(gateway, accounts)
                 generation = gateway["metadata"]["generation"]
 
                 seen: dict[str, Any] = {}

@@ -373,6 +373,17 @@ def test_someone_elses_service_account_is_used_only_when_opted_in() -> None:
     assert pod_spec(result)["serviceAccountName"] == "shared"
 
 
+def test_an_empty_service_account_annotation_names_nothing() -> None:
+    # docs/waypoints.md: without the annotation the account is the Gateway's
+    # own, and one of that name held by somebody else is a NameConflict (when
+    # it is written), not a policy refusal. An empty value names nothing.
+    empty = gateway(annotations={c.ANNOTATION_GATEWAY_SERVICE_ACCOUNT: ""})
+    result = render(empty, foreign_service_account={"metadata": {"name": "waypoint"}})
+    assert (result.accepted.status, result.accepted.reason) == ("True", "Accepted")
+    assert by_kind(result)["ServiceAccount"]["metadata"]["name"] == "waypoint"
+    assert pod_spec(result)["serviceAccountName"] == "waypoint"
+
+
 def test_labels_selector_and_pod_template() -> None:
     result = render(gateway(infrastructure={"labels": {"team": "a", c.LABEL_GATEWAY_NAME: "x"}}))
     objs = by_kind(result)

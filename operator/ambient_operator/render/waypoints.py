@@ -212,6 +212,9 @@ class Names:
     deployment: str
     service: str
     service_account: str
+    # The service-account annotation names the account: a value, not an empty
+    # one, which names nothing (the account is then the Gateway's own).
+    named_account: bool = False
 
 
 @dataclass(frozen=True)
@@ -560,8 +563,7 @@ def policy_problem(
     annotation names when it exists and is not this Gateway's own.
     """
     policy = spec.waypoints.policy
-    annotations = _str_map(_meta(gateway).get("annotations"))
-    if c.ANNOTATION_GATEWAY_SERVICE_ACCOUNT in annotations and foreign_service_account is not None:
+    if foreign_service_account is not None:
         labels = _str_map(_meta(foreign_service_account).get("labels"))
         if not _labels_allow(labels, policy):
             wanted = ", ".join(f"{k}={v}" for k, v in sorted(policy.service_account_labels.items()))
@@ -725,8 +727,10 @@ def names_of(gateway: Mapping[str, Any]) -> Names:
     meta = _meta(gateway)
     annotations = _str_map(meta.get("annotations"))
     base = annotations.get(c.ANNOTATION_GATEWAY_NAME_OVERRIDE) or str(meta.get("name", ""))
-    account = annotations.get(c.ANNOTATION_GATEWAY_SERVICE_ACCOUNT) or base
-    return Names(deployment=base, service=base, service_account=account)
+    named = annotations.get(c.ANNOTATION_GATEWAY_SERVICE_ACCOUNT)
+    return Names(
+        deployment=base, service=base, service_account=named or base, named_account=bool(named)
+    )
 
 
 def name_problem(gateway: Mapping[str, Any], names: Names) -> str | None:
@@ -973,6 +977,11 @@ def render_waypoint(
     allows it, it is used, not rendered.
     """
     names = names_of(gateway)
+    if not names.named_account:
+        # Only an account the annotation names can be somebody else's to
+        # borrow; without one it is the Gateway's own, and a namesake held
+        # by another is the writer's NameConflict.
+        foreign_service_account = None
     listeners = check_listeners(gateway)
     waypoint, waypoint_problem = waypoint_for(gateway, gateway_class)
     warnings = [(WaypointEvent.INVALID_WAYPOINT_FOR, waypoint_problem)] if waypoint_problem else []

@@ -7,7 +7,6 @@ import asyncio
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ambient_operator.api import constants as c
 from ambient_operator.api import metrics
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.apply.ownership import applies_field, conflict
@@ -43,8 +42,7 @@ class WaypointGateways(WaypointClasses):
         written (an owner reference would delete it with the Gateway).
         Without the annotation the account is the Gateway's own, as upstream.
         """
-        annotations = (gateway.get("metadata") or {}).get("annotations") or {}
-        if c.ANNOTATION_GATEWAY_SERVICE_ACCOUNT not in annotations:
+        if not names.named_account:
             return None
         if wr.service_account_problem(names):
             return None  # render refuses the name; it must not reach an API path
