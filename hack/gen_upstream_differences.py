@@ -3,8 +3,9 @@
 .venv/bin/python hack/gen_upstream_differences.py          # rewrite the page
 .venv/bin/python hack/gen_upstream_differences.py --check  # exit 1 when it would change
 
-Each YAML file there is one table: a list of entries with `object`, `field`
-and `reason` (required), and `upstream`, `ours`, `source` (optional). The
+Each YAML file there is one table: a list of entries with `object`, `field`,
+`upstream`, `ours` and `reason` (required), and `source` (optional). Every row
+says what each side has, so no test accepts any value at a listed field. The
 tests that compare our objects with Istio's own read the same files through
 `load_tables`, so the page and the tests cannot disagree about the rows.
 """
@@ -26,8 +27,8 @@ PAGE = ROOT / "docs" / "upstream-differences.md"
 GO_MOD = ROOT / "hack" / "cluster" / "istio" / "go.mod"
 CHARTS_VERSION = ROOT / ".cache" / "istio" / "charts" / "VERSION"
 
-REQUIRED = ("object", "field", "reason")
-OPTIONAL = ("upstream", "ours", "source")
+REQUIRED = ("object", "field", "upstream", "ours", "reason")
+OPTIONAL = ("source",)
 # A reason has to explain; these only admit that nobody knows.
 NON_REASONS = {"unknown", "tbd", "todo", "?", "n/a", "none"}
 # Headings of the tables we know of; any other file gets its name as heading.
@@ -170,8 +171,8 @@ def render_markdown(tables: dict[str, list[Entry]], pin: IstioPin) -> str:
         "them, regenerate this page with `make docs`",
         "(or `.venv/bin/python hack/gen_upstream_differences.py`).",
         "",
-        "`(absent)` means the field is not set on that side; a blank cell means the",
-        "row states no value.",
+        "`(absent)` means the field is not set on that side; `<hash>` stands for a",
+        "hash that changes from run to run (the rest of the value is compared as it is).",
     ]
     for name, entries in tables.items():
         title = TITLES.get(name, name)

@@ -58,6 +58,7 @@ from ambient_operator.app.options import Options
 from ambient_operator.cli.main import build_parser
 from ambient_operator.cluster.facts import ClusterFacts, NodeFacts
 from ambient_operator.render import render_dataplane
+from checks import every
 from conftest import unique_name, wait_for
 from operator_harness import AuditLog
 from test_chart_rbac import Identity, Mesh, Running, _fail_with_log, chart_identity
@@ -255,7 +256,7 @@ def test_a_move_binds_both_namespaces_istio_cni_accounts() -> None:
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": CNI, "namespace": "mesh-new"}]
     # With the chart's RBAC nothing cluster-scoped is rendered at all.
     bare = render_dataplane(spec, moving, cni_rbac=False).objects
-    assert all(o["metadata"].get("namespace") == "mesh-new" for o in bare)
+    every(bare, lambda o: o["metadata"].get("namespace") == "mesh-new", "rendered objects")
 
 
 # -- in process: the data-plane controller alone -------------------------------------------

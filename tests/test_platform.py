@@ -31,6 +31,7 @@ from ambient_operator.cluster.watches import node_shape
 from ambient_operator.render import RenderResult, render_dataplane
 from ambient_operator.status.platform import platform_status
 from chart_helpers import by_kind, template
+from checks import every
 from render_cases import INVENTORIES
 
 # Each realistic inventory and the platform it was taken from.
@@ -141,7 +142,7 @@ def test_windows_nodes_carry_their_platforms_marks() -> None:
 
 def test_openshift_on_aws_is_openshift_not_eks() -> None:
     nodes = _nodes("platform-openshift.yaml")
-    assert all(n["spec"]["providerID"].startswith("aws://") for n in nodes)
+    every(nodes, lambda n: n["spec"]["providerID"].startswith("aws://"), "nodes")
     assert detect_platform(nodes).platform == "openshift"
 
 
@@ -409,7 +410,15 @@ def test_load_node_objects_reads_what_load_nodes_reads() -> None:
 @pytest.mark.parametrize("platform", sorted(LINUX_PATHS))
 def test_each_platforms_objects_validate_strictly(platform: str, version: str) -> None:
     # Strict schemas refuse unknown fields: a typo in a platform's template fails here.
-    for obj in _render("platform-openshift.yaml", {"platform": platform}).objects:
+    objects = _render("platform-openshift.yaml", {"platform": platform}).objects
+    # The loop judges the agents themselves, not only what is left when they are missing.
+    assert sorted(o["metadata"]["name"] for o in objects if o["kind"] == "DaemonSet") == [
+        "istio-cni-node",
+        "istio-cni-node-windows-ltsc2022",
+        "ztunnel",
+        "ztunnel-windows-ltsc2022",
+    ]
+    for obj in objects:
         try:
             kubernetes_validate.validate(obj, f"{version}.0", strict=True)
         except kubernetes_validate.ValidationError as err:

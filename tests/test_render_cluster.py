@@ -1,8 +1,9 @@
-"""The rendered objects on a real control plane: accepted, and scheduled where planned.
+"""The rendered objects on a real control plane: accepted, and scheduled where they must be.
 
 The API server validates every object (Windows pod rules, HostProcess, one
 name per field selector) and the real DaemonSet controller decides where
-pods go; kwok runs them on the sample's fake nodes.
+pods go; kwok runs them on the sample's fake nodes. Where they must go is
+tests/oracle.py's answer, and on the nodes this test knows, a literal.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import yaml
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
+import oracle
 from ambient_devcluster import create_nodes, delete_nodes
 from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.cluster.facts import ClusterFacts, NodeFacts
-from ambient_operator.render import DaemonSetPlan, RenderResult, render_dataplane
+from ambient_operator.render import RenderResult, render_dataplane
 from conftest import unique_name, wait_for
 from render_cases import SAMPLE_MESH
 
@@ -72,10 +74,13 @@ def agents_namespace(k8s: client.ApiClient) -> Iterator[str]:
         core.delete_namespace(name)
 
 
-def _live_facts(k8s: client.ApiClient) -> ClusterFacts:
-    nodes = client.CoreV1Api(k8s).list_node().items
+def _live_nodes(k8s: client.ApiClient) -> list[dict[str, Any]]:
+    return [k8s.sanitize_for_serialization(n) for n in client.CoreV1Api(k8s).list_node().items]
+
+
+def _live_facts(nodes: list[dict[str, Any]]) -> ClusterFacts:
     return ClusterFacts(
-        nodes=tuple(NodeFacts.from_node(k8s.sanitize_for_serialization(n)) for n in nodes),
+        nodes=tuple(NodeFacts.from_node(n) for n in nodes),
         istiod_ip="10.96.0.20",
         dns_ip="10.96.0.10",
     )
@@ -121,18 +126,34 @@ def _pods_of(core: client.CoreV1Api, namespace: str, daemonset: str) -> list[cli
 
 
 def _settled(
-    apps: client.AppsV1Api, core: client.CoreV1Api, namespace: str, plan: DaemonSetPlan
+    apps: client.AppsV1Api, core: client.CoreV1Api, namespace: str, name: str, nodes: frozenset[str]
 ) -> bool:
-    ds = apps.read_namespaced_daemon_set(plan.name, namespace)
+    ds = apps.read_namespaced_daemon_set(name, namespace)
     status = ds.status
     if status is None or status.observed_generation != ds.metadata.generation:
         return False
     running = {
         p.spec.node_name
-        for p in _pods_of(core, namespace, plan.name)
+        for p in _pods_of(core, namespace, name)
         if p.status and p.status.phase == "Running"
     }
-    return status.desired_number_scheduled == len(plan.nodes) and running == set(plan.nodes)
+    return status.desired_number_scheduled == len(nodes) and running == set(nodes)
+
+
+def _on_known_nodes(extra_nodes: list[str]) -> dict[str, frozenset[str]]:
+    """Every DaemonSet of the sample mesh, and which of the sample's nodes and the two
+    unlabeled WS2022 ones it runs on (docs/troubleshooting.md: WS2019 gets none)."""
+    linux = frozenset({"linux-amd64-1", "linux-amd64-2", "linux-arm64-1"})
+    ws2022 = frozenset({"win2022-1", *extra_nodes})
+    ws2025 = frozenset({"win2025-1"})
+    return {
+        "istio-cni-node": linux,
+        "ztunnel": linux,
+        "istio-cni-node-windows-ltsc2022": ws2022,
+        "ztunnel-windows-ltsc2022": ws2022,
+        "istio-cni-node-windows-ltsc2025": ws2025,
+        "ztunnel-windows-ltsc2025": ws2025,
+    }
 
 
 def test_rendered_daemonsets_run_exactly_on_their_planned_nodes(
@@ -144,13 +165,15 @@ def test_rendered_daemonsets_run_exactly_on_their_planned_nodes(
     doc = yaml.safe_load(SAMPLE_MESH.read_text())
     doc["spec"]["namespace"] = agents_namespace
     spec = AmbientMeshSpec.model_validate(doc["spec"])
-    result: RenderResult = render_dataplane(spec, _live_facts(k8s))
+    live = _live_nodes(k8s)
+    result: RenderResult = render_dataplane(spec, _live_facts(live))
 
-    plans = {p.name: p for p in result.daemonsets}
-    assert set(plans["ztunnel"].nodes) >= {"linux-amd64-1", "linux-amd64-2", "linux-arm64-1"}
-    assert set(plans["ztunnel-windows-ltsc2022"].nodes) >= {"win2022-1", *extra_nodes}
-    assert "win2025-1" in plans["ztunnel-windows-ltsc2025"].nodes
-    assert not any("win2019-1" in p.nodes for p in result.daemonsets)
+    # Where the pods must land: the oracle's answer for every node the cluster has
+    # (other tests may add theirs), and a literal on the nodes this test knows.
+    want = oracle.placement(doc["spec"], [oracle.Node.of(n) for n in live])
+    known = {*sample_nodes, *extra_nodes}
+    assert {name: nodes & known for name, nodes in want.items()} == _on_known_nodes(extra_nodes)
+    assert {p.name: frozenset(p.nodes) for p in result.daemonsets} == want
 
     dyn = dynamic.DynamicClient(k8s)
     apps, core = client.AppsV1Api(k8s), client.CoreV1Api(k8s)
@@ -158,23 +181,26 @@ def test_rendered_daemonsets_run_exactly_on_their_planned_nodes(
     ours = [o for o in cluster_scoped if not _exists(dyn, o)]
     _apply(dyn, result.objects)
     try:
-        for plan in result.daemonsets:
+        for name, nodes in want.items():
             wait_for(
-                lambda plan=plan: _settled(apps, core, agents_namespace, plan),
+                lambda name=name, nodes=nodes: _settled(apps, core, agents_namespace, name, nodes),
                 timeout=90,
-                message=f"DaemonSet {plan.name} to run on exactly {plan.nodes}",
+                message=f"DaemonSet {name} to run on exactly {sorted(nodes)}",
             )
-        for plan in result.daemonsets:
-            ds = apps.read_namespaced_daemon_set(plan.name, agents_namespace)
-            assert ds.status.desired_number_scheduled == len(plan.nodes), plan.name
-            placed = sorted(p.spec.node_name for p in _pods_of(core, agents_namespace, plan.name))
-            assert placed == sorted(plan.nodes), plan.name
+        for name, nodes in want.items():
+            ds = apps.read_namespaced_daemon_set(name, agents_namespace)
+            assert ds.status.desired_number_scheduled == len(nodes), name
+            placed = sorted(p.spec.node_name for p in _pods_of(core, agents_namespace, name))
+            assert placed == sorted(nodes), name
+        # No DaemonSet beyond those: each one's count is pinned above.
+        daemonsets = apps.list_namespaced_daemon_set(agents_namespace).items
+        assert sorted(ds.metadata.name for ds in daemonsets) == sorted(want)
         # Applying the same objects again changes nothing the server keeps.
         before = {
             ds.metadata.name: ds.metadata.generation
             for ds in apps.list_namespaced_daemon_set(agents_namespace).items
         }
-        _apply(dyn, render_dataplane(spec, _live_facts(k8s)).objects)
+        _apply(dyn, render_dataplane(spec, _live_facts(_live_nodes(k8s))).objects)
         after = {
             ds.metadata.name: ds.metadata.generation
             for ds in apps.list_namespaced_daemon_set(agents_namespace).items

@@ -562,7 +562,12 @@ def test_use_waypoint_on_a_service_is_checked(
 ) -> None:
     core = client.CoreV1Api(api)
     create_gateway(api, ns, "waypoint")
-    for name, target in (("lost", "nowhere"), ("found", "waypoint")):
+    # Judged, so the operator knows the waypoint before it meets a Service naming it.
+    wait_for(lambda: condition_is(api, ns, "waypoint", "Accepted", "True"), TIMEOUT, "Accepted")
+    # "lost" is the barrier for "found": made after it, and checked after it in the
+    # same pass (Services are checked in name order), so once lost's Event is there,
+    # one about found would be too.
+    for name, target in (("found", "waypoint"), ("lost", "nowhere")):
         core.create_namespaced_service(
             ns,
             {

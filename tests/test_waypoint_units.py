@@ -26,6 +26,7 @@ from ambient_operator.controllers.waypoints import WaypointController
 from ambient_operator.render import placement as pl
 from ambient_operator.render import waypoints as wr
 from ambient_operator.status import waypoints as ws
+from checks import every
 
 NOW = "2026-11-30T10:00:00Z"
 LATER = "2026-11-30T11:00:00Z"
@@ -572,7 +573,8 @@ def _all_rendered() -> list[dict[str, Any]]:
             HTTP,
             infrastructure={
                 "labels": {"team": "a"},
-                "annotations": {"example.com/note": "x"},
+                # One the default policy allows: a refused Gateway renders nothing to judge.
+                "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"},
                 "parametersRef": params_ref(),
             },
         ),
@@ -582,6 +584,9 @@ def _all_rendered() -> list[dict[str, Any]]:
                 "tolerations": "[{key: dedicated, operator: Exists, effect: NoSchedule}]",
             }
         },
+    )
+    assert [obj["kind"] for obj in result.objects] == ["ServiceAccount", "Deployment", "Service"], (
+        result.accepted
     )
     objects = [prepare(obj, owner, wr.CONTROLLER) for obj in result.objects]
     overlay, _ = wr.pin_class_defaults("spec:\n  replicas: 2\n")
@@ -775,12 +780,15 @@ def test_route_kinds_cannot_attach_to_a_waypoint_listener() -> None:
 def test_observed_generation_and_transition_times() -> None:
     gw = gateway(generation=3)
     first = _status(gw, PROGRAMMED, service())
-    assert all(cond["observedGeneration"] == 3 for cond in first["conditions"])
+    # A Gateway's conditions are Accepted and Programmed.
+    every(first["conditions"], lambda cond: cond["observedGeneration"] == 3, "conditions", count=2)
     gw["status"] = first
     gw["metadata"]["generation"] = 4
     again = _status(gw, PROGRAMMED, service(), now=LATER)
-    assert all(cond["observedGeneration"] == 4 for cond in again["conditions"])
-    assert all(cond["lastTransitionTime"] == NOW for cond in again["conditions"])
+    every(again["conditions"], lambda cond: cond["observedGeneration"] == 4, "conditions", count=2)
+    every(
+        again["conditions"], lambda cond: cond["lastTransitionTime"] == NOW, "conditions", count=2
+    )
     gw["status"] = again
     flipped = _status(gw, PENDING, service(), now=LATER)
     times = {cond["type"]: cond["lastTransitionTime"] for cond in flipped["conditions"]}
