@@ -38,11 +38,13 @@ crd: venv
 	$(VENV)/bin/ambient-operator crd --output charts/ambient-operator/crds/
 
 # Regenerate the AmbientMesh reference, the reason tables of the troubleshooting
-# page, the architecture picture and the table of differences from Istio's charts
-# (tests check all but the picture).
-docs: venv
+# page, the permission tables (from the chart, rendered by the built helm), the
+# architecture picture and the table of differences from Istio's charts (tests
+# check all but the picture).
+docs: venv bins
 	$(PY) hack/gen_reference.py
 	$(PY) hack/gen_troubleshooting.py
+	$(PY) hack/gen_rbac.py
 	$(PY) hack/gen_architecture.py
 	$(PY) hack/gen_upstream_differences.py
 

@@ -3,22 +3,26 @@
 # hack/cluster/, once per pin set. Each module's binaries land in a folder
 # named after the hash of its go.mod and go.sum, under a per-user cache so a
 # fresh clone on the same machine reuses them; .cache/bin in the work tree
-# links to the current set. A pin change gives a new hash and a rebuild.
+# links to the current set. A pin change gives a new hash and a rebuild, and
+# so do extra linker flags (helm's), which are part of the hash when given.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 store=${AMBIENT_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ambient-operator}
 mkdir -p "$store" .cache/bin .cache/gateway-api .cache/istio
 
-build() { # build MODULE_DIR PACKAGE...
+build() { # build MODULE_DIR [--ldflags FLAGS] PACKAGE...
   local dir=$1; shift
+  local extra=""
+  if [ "${1:-}" = --ldflags ]; then extra=$2; shift 2; fi
   local hash
-  hash=$(cat "hack/cluster/$dir/go.mod" "hack/cluster/$dir/go.sum" | sha256sum | cut -c1-16)
+  hash=$({ cat "hack/cluster/$dir/go.mod" "hack/cluster/$dir/go.sum"; [ -z "$extra" ] || printf '%s' "$extra"; } \
+    | sha256sum | cut -c1-16)
   local out="$store/$dir-$hash"
   if [ ! -f "$out/.complete" ]; then
     echo "building $dir ($*) into $out" >&2
     rm -rf "$out.tmp" && mkdir -p "$out.tmp"
-    (cd "hack/cluster/$dir" && go build -trimpath -ldflags="-s -w" -o "$out.tmp/" "$@")
+    (cd "hack/cluster/$dir" && go build -trimpath -ldflags="-s -w${extra:+ $extra}" -o "$out.tmp/" "$@")
     # etcd's server module builds its main package under the name "server".
     if [ "$dir" = etcd ]; then mv "$out.tmp/server" "$out.tmp/etcd"; fi
     touch "$out.tmp/.complete"
@@ -58,7 +62,23 @@ build etcd go.etcd.io/etcd/server/v3
 [ -n "${SKIP_KUBERNETES:-}" ] || build kubernetes k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
 build kwok sigs.k8s.io/kwok/cmd/kwok
-build helm helm.sh/helm/v3/cmd/helm
+# helm, stamped as Helm's own release builds (its Makefile) stamp it: with its
+# version, and with the Kubernetes version of the client-go it is built with
+# (major + 1, minor: client-go v0.37.x is Kubernetes 1.37), which `helm
+# template` and `helm lint` assume when no cluster is asked. A plain build
+# assumes v1.20, which the chart refuses.
+helm_version=$(cd hack/cluster/helm && go list -m -f '{{.Version}}' helm.sh/helm/v3)
+client_go=$(cd hack/cluster/helm && go list -m -f '{{.Version}}' k8s.io/client-go)
+IFS=. read -r k8s_major k8s_minor _ <<<"${client_go#v}"
+if ! [[ $k8s_major =~ ^[0-9]+$ && $k8s_minor =~ ^[0-9]+$ ]]; then
+  echo "cannot tell the Kubernetes version of k8s.io/client-go $client_go" >&2
+  exit 1
+fi
+helm_flags="-X helm.sh/helm/v3/internal/version.version=$helm_version"
+for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+  helm_flags+=" -X $pkg.k8sVersionMajor=$((k8s_major + 1)) -X $pkg.k8sVersionMinor=$k8s_minor"
+done
+build helm --ldflags "$helm_flags" helm.sh/helm/v3/cmd/helm
 # istiod, run out of cluster against the local API server by the tests and the demo.
 build istio istio.io/istio/pilot/cmd/pilot-discovery
 istio_charts
