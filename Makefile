@@ -47,6 +47,7 @@ docs: venv bins
 	$(PY) hack/gen_rbac.py
 	$(PY) hack/gen_architecture.py
 	$(PY) hack/gen_upstream_differences.py
+	$(PY) hack/gen_helm_values.py
 
 test: venv bins lint typecheck
 	$(VENV)/bin/pytest -q

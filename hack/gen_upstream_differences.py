@@ -13,6 +13,7 @@ tests that compare our objects with Istio's own read the same files through
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from dataclasses import dataclass
@@ -197,7 +198,43 @@ def render_markdown(tables: dict[str, list[Entry]], pin: IstioPin) -> str:
             if with_source:
                 cells.insert(0, _cell(e.source, code=e.source is not None))
             lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _values_section()) + "\n"
+
+
+def _values_section() -> list[str]:
+    """The charts' values the operator does not take, with why (api/helm_values.py)."""
+    # Imported here: the rest of the page needs only the YAML tables.
+    from ambient_operator.api.helm_values import CHARTS, ENTRIES, Fixed
+
+    lines = [
+        "",
+        "## Chart values the operator does not take",
+        "",
+        "Every value of the pinned `ztunnel` and `istio-cni` charts (each leaf of their",
+        "`values.yaml`, and each value their templates read) is either carried to an",
+        "AmbientMesh field (docs/coming-from-helm.md) or listed here. `import-values`",
+        "accepts these only as the values in the Honoured column, which render what the",
+        "operator renders, and refuses any other with the reason:",
+        "`tests/test_helm_values.py` fails on a chart value in neither place.",
+        "",
+        "From `operator/ambient_operator/api/helm_values.py`.",
+        "",
+        "| Chart | Value | Honoured | Reason |",
+        "|---|---|---|---|",
+    ]
+    for chart in CHARTS:
+        for path, entry in ENTRIES[chart].items():
+            if not isinstance(entry, Fixed):
+                continue
+            honoured = (
+                "any"
+                if entry.any_value
+                else ", ".join(_cell(json.dumps(a), code=True) for a in entry.accepts)
+            )
+            lines.append(
+                f"| {chart} | {_cell(path, code=True)} | {honoured} | {_cell(entry.reason)} |"
+            )
+    return lines
 
 
 def main() -> int:

@@ -516,6 +516,43 @@ def _zero(value: Any) -> bool:
     return str(value).rstrip("%").lstrip("0") == ""
 
 
+# docs/ambientmesh-reference.md's rules for the fields Istio's chart values become.
+_MESH_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+_PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+
+
+def _chart_value_fields_rejected(spec: Mapping[str, Any]) -> bool:
+    def name_ok(value: Any) -> bool:
+        return (
+            isinstance(value, str) and len(value) <= 253 and _MESH_NAME.fullmatch(value) is not None
+        )
+
+    for path in (("multiCluster", "clusterName"), ("network",)):
+        value = _get(spec, *path)
+        if value is not None and not name_ok(value):
+            return True
+    if (policy := _get(spec, "images", "pullPolicy")) is not None and policy not in _PULL_POLICIES:
+        return True
+    secrets = _get(spec, "images", "pullSecrets") or []
+    if any(len(s) > 253 or not _SUBDOMAIN.fullmatch(s) for s in secrets) or len(secrets) > 16:
+        return True
+    namespaces = _get(spec, "istioCni", "excludeNamespaces") or []
+    if any(len(n) > 63 or not _NAMESPACE.fullmatch(n) for n in namespaces):
+        return True
+    for component in ("ztunnel", "istioCni"):
+        for flag in ("logAsJson", "nativeNftables"):
+            value = _get(spec, component, flag)
+            if value is not None and not isinstance(value, bool):
+                return True
+        env = _get(spec, component, "env") or {}
+        if any(not _ENV_NAME.fullmatch(k) for k in env):
+            return True
+    address = _get(spec, "istiod", "caAddress")
+    return address is not None and not _ADDRESS.fullmatch(address)
+
+
 def spec_rejected(spec: Mapping[str, Any]) -> bool:
     """Whether the API server refuses the spec, by docs/ambientmesh-reference.md.
 
@@ -541,6 +578,8 @@ def spec_rejected(spec: Mapping[str, Any]) -> bool:
         return True
     grace = _get(spec, "ztunnel", "terminationGracePeriodSeconds")
     if grace is not None and not 1 <= grace <= 3600:
+        return True
+    if _chart_value_fields_rejected(spec):
         return True
     timeout = _get(spec, "newPodWorkaround", "timeoutSeconds")
     if timeout is not None and not 1 <= timeout <= 3600:

@@ -97,7 +97,82 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "spec.images.istioCni.windowsBuilds",
     ),
     ("bad-hub", _mesh(images={"hub": "https://docker.io/istio"}), "spec.images.hub"),
+    # The values Istio's charts take (api/helm_values.py), each with its own rule.
+    (
+        "cluster-name-with-space",
+        _mesh(multiCluster={"clusterName": "west 1"}),
+        "spec.multiCluster.clusterName",
+    ),
+    ("network-too-long", _mesh(network="n" * 254), "spec.network"),
+    ("unknown-pull-policy", _mesh(images={"pullPolicy": "Sometimes"}), "spec.images.pullPolicy"),
+    (
+        "pull-secret-not-a-name",
+        _mesh(images={"pullSecrets": ["Registry_Key"]}),
+        "spec.images.pullSecrets[0]",
+    ),
+    ("unknown-variant", _mesh(images={"variant": "alpine"}), "spec.images.variant"),
+    ("env-name-with-equals", _mesh(ztunnel={"env": {"A=B": "1"}}), "spec.ztunnel.env"),
+    ("env-name-leading-digit", _mesh(istioCni={"env": {"1A": "1"}}), "spec.istioCni.env"),
+    (
+        "annotation-not-a-string",
+        _mesh(ztunnel={"podAnnotations": {"a": 1}}),
+        "spec.ztunnel.podAnnotations.a",
+    ),
+    (
+        "label-value-too-long",
+        _mesh(istioCni={"podLabels": {"a": "v" * 64}}),
+        "spec.istioCni.podLabels.a",
+    ),
+    ("agent-log-level", _mesh(istioCni={"logLevel": "verbose"}), "spec.istioCni.logLevel"),
+    ("json-logs-not-a-bool", _mesh(ztunnel={"logAsJson": "yes"}), "spec.ztunnel.logAsJson"),
+    (
+        "excluded-namespace-not-a-name",
+        _mesh(istioCni={"excludeNamespaces": ["Kube_System"]}),
+        "spec.istioCni.excludeNamespaces[0]",
+    ),
+    (
+        "cni-grace-zero",
+        _mesh(istioCni={"terminationGracePeriodSeconds": 0}),
+        "spec.istioCni.terminationGracePeriodSeconds",
+    ),
+    (
+        "ca-address-without-port",
+        _mesh(istiod={"caAddress": "ca.example.com"}),
+        "spec.istiod.caAddress",
+    ),
+    (
+        "nftables-not-a-bool",
+        _mesh(istioCni={"nativeNftables": "on"}),
+        "spec.istioCni.nativeNftables",
+    ),
 ]
+
+# Every field Istio's chart values become, set at once: valid, and kept as written.
+EVERY_VALUE_FIELD = _mesh(
+    multiCluster={"clusterName": "cluster-west"},
+    network="network-west",
+    images={"variant": "distroless", "pullPolicy": "Always", "pullSecrets": ["registry-key"]},
+    istiod={"caAddress": "ca.example.com:15012", "xdsAddress": "xds.example.com:15012"},
+    ztunnel={
+        "env": {"CUSTOM_SETTING": "on", "a.b-c_D": "1"},
+        "podLabels": {"team": "mesh"},
+        "podAnnotations": {"example.com/owner": "mesh"},
+        "logLevel": "debug",
+        "logAsJson": True,
+        "peerCaCrl": True,
+    },
+    istioCni={
+        "env": {"CUSTOM_SETTING": "on"},
+        "excludeNamespaces": ["kube-system", "monitoring"],
+        "dnsCapture": False,
+        "ipv6": False,
+        "reconcileIptablesOnStartup": False,
+        "enableAmbientDetectionRetry": True,
+        "nativeNftables": True,
+        "terminationGracePeriodSeconds": 45,
+        "logAsJson": True,
+    },
+)
 
 
 @pytest.mark.parametrize(("case", "obj", "field"), INVALID, ids=[c[0] for c in INVALID])
@@ -139,6 +214,16 @@ def test_api_server_rejects_invalid_mesh(
         _create_strict(kube, copy.deepcopy(obj))
     assert err.value.status in (400, 422), err.value
     assert field in err.value.message, err.value.message
+
+
+def test_every_value_field_is_valid_offline() -> None:
+    assert AmbientMesh.model_validate(EVERY_VALUE_FIELD).spec.istio_cni.native_nftables
+
+
+@pytest.mark.cluster
+def test_api_server_accepts_every_value_field_as_written(kube: Kube) -> None:
+    created = _create_strict(kube, copy.deepcopy(EVERY_VALUE_FIELD))
+    assert created["spec"] == EVERY_VALUE_FIELD["spec"]
 
 
 @pytest.mark.cluster

@@ -616,6 +616,11 @@ LABEL_VALUE = st.from_regex(r"\A[a-z0-9]([a-z0-9._-]{0,20}[a-z0-9])?\Z").filter(
 )
 ODD_TEXT = st.text(alphabet=st.characters(codec="ascii"), max_size=12)
 
+
+def _string_map(keys: list[str]) -> st.SearchStrategy[dict[str, str]]:
+    return st.dictionaries(st.sampled_from(keys), LABEL_VALUE, max_size=2)
+
+
 MESH_SPECS = st.fixed_dictionaries(
     {},
     optional={
@@ -623,7 +628,9 @@ MESH_SPECS = st.fixed_dictionaries(
         "namespace": st.sampled_from([AGENTS_NS, "no-such-ns", "Bad_NS", AGENTS_NS]),
         "images": st.fixed_dictionaries(
             {}, optional={"tag": st.sampled_from(["1.30.4", "1.31.0-dev", "bad tag", ""]),
-                          "hub": st.sampled_from(["docker.io/istio", "", "http://x"])},
+                          "hub": st.sampled_from(["docker.io/istio", "", "http://x"]),
+                          "pullPolicy": st.sampled_from(["Always", "IfNotPresent", "Sometimes"]),
+                          "pullSecrets": st.lists(st.sampled_from(["key", "Bad_Key"]), max_size=2)},
         ),
         "platforms": st.fixed_dictionaries(
             {},
@@ -655,13 +662,30 @@ MESH_SPECS = st.fixed_dictionaries(
                     },
                 ),
                 "terminationGracePeriodSeconds": st.integers(-5, 5000),
+                "logAsJson": st.one_of(st.booleans(), st.just("yes")),
+                "podAnnotations": _string_map(["a", "example.com/x"]),
             },
         ),
         "newPodWorkaround": st.fixed_dictionaries(
             {}, optional={"timeoutSeconds": st.integers(-1, 4000), "enabled": st.booleans()}
         ),
         "istiod": st.fixed_dictionaries(
-            {}, optional={"address": st.sampled_from(["istiod.x:15012", "nope", "a:99999"])}
+            {}, optional={"address": st.sampled_from(["istiod.x:15012", "nope", "a:99999"]),
+                          "caAddress": st.sampled_from(["ca.x:15012", "ca.x"])},
+        ),
+        # Fields Istio's chart values become (api/helm_values.py).
+        "multiCluster": st.fixed_dictionaries(
+            {}, optional={"clusterName": st.sampled_from(["west", "c-1.a", "bad name", "", "-x"])}
+        ),
+        "network": st.sampled_from(["net1", "bad/net", "n" * 254]),
+        "istioCni": st.fixed_dictionaries(
+            {},
+            optional={
+                "excludeNamespaces": st.lists(st.sampled_from(["kube-system", "X_Y"]), max_size=2),
+                "nativeNftables": st.one_of(st.booleans(), st.just("on")),
+                "env": _string_map(["A", "a.b", "1A", "A=B"]),
+                "podLabels": _string_map(["team", "app.kubernetes.io/name"]),
+            },
         ),
         "unknownField": ODD_TEXT,
     },

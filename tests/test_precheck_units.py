@@ -105,6 +105,7 @@ def test_a_healthy_cluster_blocks_nothing() -> None:
         "istiod": ["ok"],
         "ambient-enabled": ["ok"],
         "node-trust": ["ok"],
+        "multi-cluster": ["ok"],
         "version-skew": ["ok"],
         "gateway-api": ["ok"],
         "upstream-agents": ["ok"],
@@ -158,6 +159,43 @@ def test_untrusted_windows_ztunnel_blocks_with_the_helm_value() -> None:
     # Without Windows nodes there is no Windows account to trust.
     linux_only = _snapshot(istiod=_istiod(env), nodes=[_node("linux-1", "linux")])
     assert _only(p.judge(linux_only), "node-trust", "ok")
+
+
+@pytest.mark.parametrize(
+    ("istiod_env", "mesh", "namespace_labels", "levels"),
+    [
+        ({}, {}, {}, ["ok"]),
+        ({"CLUSTER_ID": "Kubernetes"}, {}, {}, ["ok"]),
+        ({"CLUSTER_ID": "west"}, {"multiCluster": {"clusterName": "west"}}, {}, ["ok"]),
+        ({"CLUSTER_ID": "west"}, {}, {}, ["blocking"]),
+        ({}, {"multiCluster": {"clusterName": "west"}}, {}, ["blocking"]),
+        ({}, {"network": "n1"}, {"topology.istio.io/network": "n1"}, ["ok"]),
+        ({}, {"network": "n1"}, {}, ["warning"]),
+        ({}, {}, {"topology.istio.io/network": "n1"}, ["warning"]),
+        ({"CLUSTER_ID": "east"}, {"network": "n1"}, {}, ["blocking", "warning"]),
+    ],
+)
+def test_multi_cluster_identity(
+    istiod_env: dict[str, str],
+    mesh: dict[str, Any],
+    namespace_labels: dict[str, str],
+    levels: list[str],
+) -> None:
+    snap = _snapshot(
+        istiod=_istiod({**HEALTHY_ENV, **istiod_env}),
+        spec=AmbientMeshSpec.model_validate(mesh),
+        namespaces={
+            "apps": {"istio.io/dataplane-mode": "ambient"},
+            "istio-system": namespace_labels,
+        },
+    )
+    findings = [f for f in p.judge(snap) if f.check == "multi-cluster"]
+    assert [f.level for f in findings] == levels
+    if "blocking" in levels:
+        blocking = next(f for f in findings if f.level == "blocking")
+        assert "Set spec.multiCluster.clusterName to " + istiod_env.get(
+            "CLUSTER_ID", "Kubernetes"
+        ) in (blocking.message)
 
 
 @pytest.mark.parametrize(
@@ -281,6 +319,7 @@ def test_every_check_says_when_it_blocks_and_warns() -> None:
         "istiod",
         "ambient-enabled",
         "node-trust",
+        "multi-cluster",
         "version-skew",
         "gateway-api",
         "upstream-agents",

@@ -803,7 +803,14 @@ def test_a_rendered_object_is_the_callers_own_and_follows_its_values() -> None:
         "metadata": {"name": "x", "namespace": "y", "labels": {"a": "1"}},
         "automountServiceAccountToken": False,
     }
-    values = {"name": "x", "namespace": "y", "labels": {"a": "1"}, "automount": False}
+    values = {
+        "name": "x",
+        "namespace": "y",
+        "labels": {"a": "1"},
+        "automount": False,
+        "pull_secrets": [],
+        "annotations": {},
+    }
     first = render_object("serviceaccount.yaml.j2", **values)
     assert first == sa
     first["metadata"]["labels"]["a"] = "changed by the caller"

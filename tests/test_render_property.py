@@ -126,7 +126,33 @@ def mesh_spec(draw: st.DrawFn) -> dict[str, Any]:
         tolerations = draw(st.sampled_from(TOLERATION_CHOICES))
         if tolerations is not None:
             platform["tolerations"] = tolerations
-    return {"platforms": {"linux": linux, "windows": windows}}
+    spec: dict[str, Any] = {"platforms": {"linux": linux, "windows": windows}}
+    # What Istio's chart values become (api/helm_values.py): valid values only here.
+    for component in ("ztunnel", "istioCni"):
+        agent: dict[str, Any] = {}
+        if draw(st.booleans()):
+            agent["env"] = draw(
+                st.dictionaries(st.sampled_from(USER_ENV), st.just("x"), max_size=3)
+            )
+        if draw(st.booleans()):
+            agent["podLabels"] = draw(
+                st.dictionaries(st.sampled_from(USER_LABELS), st.just("x"), max_size=3)
+            )
+        if draw(st.booleans()):
+            agent["podAnnotations"] = {"sidecar.istio.io/inject": "true", "team": "x"}
+        if agent:
+            spec[component] = agent
+    if draw(st.booleans()):
+        spec["multiCluster"] = {"clusterName": draw(st.sampled_from(["west", "Kubernetes"]))}
+        spec["network"] = draw(st.sampled_from(["net1", "net-2"]))
+    if draw(st.booleans()):
+        spec["images"] = {"pullSecrets": ["key"], "pullPolicy": "Always"}
+    return spec
+
+
+# Names a user may give, some of them the operator's own (which it keeps).
+USER_ENV = ["CUSTOM", "NETWORK", "INPOD_UDS", "XDS_ADDRESS", "NODE_NAME", "ZTUNNEL_WORKER_THREADS"]
+USER_LABELS = ["team", "app.kubernetes.io/name", "ambientoperator.io/platform", "app", "k8s-app"]
 
 
 @settings(max_examples=examples(1400))
@@ -217,6 +243,31 @@ def test_rendering_is_deterministic(
     assert output.to_yaml(again.objects) == text
     assert output.to_yaml(shuffled.objects) == text
     assert first == again == shuffled
+
+
+@settings(max_examples=examples(200))
+@given(nodes=inventory(), spec=mesh_spec())
+def test_what_users_add_never_breaks_an_agent(
+    nodes: list[dict[str, Any]], spec: dict[str, Any]
+) -> None:
+    # Linux agents render with no Linux node at all: every example has some to judge.
+    spec["platforms"]["linux"]["enabled"] = True
+    result = render_dataplane(
+        AmbientMeshSpec.model_validate(spec),
+        ClusterFacts.from_nodes(nodes, istiod_ip="10.0.0.9", dns_ip="10.0.0.10"),
+    )
+    daemonsets = [o for o in result.objects if o["kind"] == "DaemonSet"]
+    assert daemonsets
+    for ds in daemonsets:
+        template = ds["spec"]["template"]
+        selector = ds["spec"]["selector"]["matchLabels"]
+        # The selector still picks the pods, whatever labels the user adds.
+        assert selector.items() <= template["metadata"]["labels"].items()
+        # The agents never get a sidecar of their own.
+        assert template["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
+        for container in template["spec"]["containers"]:
+            names = [e["name"] for e in container.get("env") or []]
+            assert len(names) == len(set(names)), (ds["metadata"]["name"], names)
 
 
 def test_facts_round_trip_through_api_form() -> None:

@@ -39,6 +39,8 @@ LABEL_HOSTNAME: Final = "kubernetes.io/hostname"
 LABEL_WINDOWS_BUILD: Final = "node.kubernetes.io/windows-build"
 
 LABEL_DATAPLANE_MODE: Final = "istio.io/dataplane-mode"
+# The Istio revision an object belongs to (label on namespaces, annotation on ztunnel).
+LABEL_REVISION: Final = "istio.io/rev"
 ANNOTATION_REDIRECTION: Final = "ambient.istio.io/redirection"
 LABEL_USE_WAYPOINT: Final = "istio.io/use-waypoint"
 LABEL_USE_WAYPOINT_NAMESPACE: Final = "istio.io/use-waypoint-namespace"

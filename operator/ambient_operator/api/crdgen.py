@@ -19,6 +19,31 @@ from ambient_operator.api.v1alpha1 import AmbientMeshSpec, AmbientMeshStatus
 _DROP = {"title", "default", "$defs"}
 
 
+def _key_rule(names: dict[str, Any]) -> dict[str, str]:
+    """The CEL rule that says what a map's propertyNames schema says of its keys."""
+    if "enum" in names:
+        allowed = ", ".join(f"'{name}'" for name in names["enum"])
+        return {
+            "rule": f"self.all(k, k in [{allowed}])",
+            "message": f"keys must be one of {allowed}",
+        }
+    checks, said = [], []
+    if "pattern" in names:
+        # CEL string literals take the pattern's backslashes as escapes: double them.
+        pattern = names["pattern"].replace("\\", "\\\\")
+        checks.append(f"k.matches('{pattern}')")
+        said.append(f"match {names['pattern']}")
+    if "maxLength" in names:
+        checks.append(f"size(k) <= {names['maxLength']}")
+        said.append(f"be at most {names['maxLength']} characters")
+    if not checks:
+        raise ValueError(f"propertyNames {names} has no rule the CRD can state")
+    return {
+        "rule": f"self.all(k, {' && '.join(checks)})",
+        "message": f"keys must {' and '.join(said)}",
+    }
+
+
 def _resolve(node: Any, defs: dict[str, Any]) -> Any:
     if isinstance(node, list):
         return [_resolve(item, defs) for item in node]
@@ -44,14 +69,16 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
         if key == "propertyNames":
             # CRD schemas have no propertyNames; say the same thing in CEL.
             rules = out.setdefault("x-kubernetes-validations", [])
-            names = _resolve(value, defs)
-            allowed = ", ".join(f"'{name}'" for name in names["enum"])
-            rules.append(
-                {
-                    "rule": f"self.all(k, k in [{allowed}])",
-                    "message": f"keys must be one of {allowed}",
-                }
-            )
+            rules.append(_key_rule(_resolve(value, defs)))
+            continue
+        if key == "patternProperties":
+            # Structural schemas have no patternProperties: one value schema for
+            # every key, and the key pattern in CEL.
+            if len(value) != 1:
+                raise ValueError(f"patternProperties {sorted(value)}: one pattern only")
+            ((pattern, sub),) = value.items()
+            out["additionalProperties"] = _resolve(sub, defs)
+            out.setdefault("x-kubernetes-validations", []).append(_key_rule({"pattern": pattern}))
             continue
         if key == "const":
             out["enum"] = [value]

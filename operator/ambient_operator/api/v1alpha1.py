@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, cast
 
-from pydantic import AfterValidator, ConfigDict, Field, JsonValue, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, JsonValue, Strict, model_validator
 
 from ambient_operator.api import constants as c
 from ambient_operator.api.types import (
@@ -29,6 +29,34 @@ SupportedBuild = Literal["10.0.20348", "10.0.26100"]
 PreWs2025Build = Literal["10.0.20348"]
 LogLevel = Literal["trace", "debug", "info", "warn", "error"]
 ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+# Helm's values and the Kubernetes names they end up as.
+# Gateway API's (and Kubernetes') pattern for an object name.
+_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# An environment variable name as the API server accepts it (C identifiers and more).
+_ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+# Istio's cluster and network names are free text in its charts; these keep
+# them to what a label value and an env value can both carry.
+_MESH_NAME = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"
+PullPolicy = Literal["Always", "IfNotPresent", "Never"]
+# A boolean as the API server takes it: "yes" or "on" in a file is refused, not read as true.
+Flag = Annotated[bool, Strict()]
+EnvMap = Annotated[
+    dict[
+        Annotated[str, Field(max_length=253, pattern=_ENV_NAME)],
+        Annotated[str, Field(max_length=4096)],
+    ],
+    Field(max_length=64),
+]
+AnnotationMap = Annotated[
+    dict[Annotated[str, Field(max_length=316)], Annotated[str, Field(max_length=4096)]],
+    Field(max_length=64),
+]
+PullSecrets = Annotated[
+    list[Annotated[str, Field(max_length=253, pattern=_SUBDOMAIN)]], Field(max_length=16)
+]
+NamespaceName = Annotated[str, Field(max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
 
 
 class Toleration(ApiModel):
@@ -151,6 +179,22 @@ class Images(ApiModel):
         "time: Linux, then each Windows build, each once the one before is Ready "
         "(docs/versions.md). Default: the newest Istio release this operator was tested with.",
     )
+    variant: Literal["debug", "distroless"] | None = Field(
+        default=None,
+        description="Image variant appended to the tag of the Linux images "
+        "(<hub>/<name>:<tag>-<variant>), as the charts' variant value does. Windows images "
+        "have no variants and ignore it.",
+    )
+    pull_policy: PullPolicy | None = Field(
+        default=None,
+        description="imagePullPolicy of every agent container on every OS. Unset: Kubernetes "
+        "decides (Always for :latest, else IfNotPresent).",
+    )
+    pull_secrets: PullSecrets | None = Field(
+        default=None,
+        description="Secrets in spec.namespace to pull the agent images with, set on the "
+        "agents' ServiceAccounts (Linux and Windows), as the charts' imagePullSecrets do.",
+    )
     ztunnel: ComponentImage = ComponentImage()
     istio_cni: ComponentImage = ComponentImage()
 
@@ -167,6 +211,24 @@ class Istiod(ApiModel):
     address: (
         Annotated[str, Field(max_length=253, pattern=r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")] | None
     ) = Field(default=None, description="host:port of XDS and CA; overrides the Service.")
+    ca_address: (
+        Annotated[str, Field(max_length=253, pattern=r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")] | None
+    ) = Field(
+        default=None,
+        description="host:port of the CA alone (ztunnel's CA_ADDRESS, the chart's caAddress); "
+        "overrides address.",
+    )
+    xds_address: (
+        Annotated[str, Field(max_length=253, pattern=r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")] | None
+    ) = Field(
+        default=None,
+        description="host:port of XDS alone (ztunnel's XDS_ADDRESS, the chart's xdsAddress); "
+        "overrides address.",
+    )
+
+    def dialled_as_written(self) -> bool:
+        """Whether the spec gives both CA and XDS addresses, so no Service is looked up."""
+        return bool(self.address or (self.ca_address and self.xds_address))
 
     def service(self) -> str:
         """Name of the istiod Service the agents talk to."""
@@ -178,7 +240,7 @@ class Istiod(ApiModel):
 class LinuxPlatform(ApiModel):
     """Linux nodes."""
 
-    enabled: bool = True
+    enabled: Flag = True
     node_selector: LabelMap | None = Field(
         default=None,
         description="Extra node labels the agents require; other nodes are reported as "
@@ -194,7 +256,7 @@ class LinuxPlatform(ApiModel):
 class WindowsPlatform(ApiModel):
     """Windows nodes; each supported build gets its own DaemonSets."""
 
-    enabled: bool = True
+    enabled: Flag = True
     builds: Annotated[list[SupportedBuild], Field(max_length=4)] | None = Field(
         default=None,
         description="Builds that get agents. Unset: every supported build present in "
@@ -251,6 +313,31 @@ class Ztunnel(ApiModel):
     )
     resources: Resources = Resources(requests={"cpu": "200m", "memory": "512Mi"})
     termination_grace_period_seconds: Annotated[int, Field(ge=1, le=3600)] = 30
+    log_level: LogLevel | None = Field(
+        default=None, description="This agent's log level. Unset: spec.logLevel."
+    )
+    log_as_json: Flag = Field(default=False, description="Write this agent's logs as JSON.")
+    pod_labels: LabelMap | None = Field(
+        default=None,
+        description="Extra labels of this agent's pods on every OS. The operator's own "
+        "labels win over these.",
+    )
+    pod_annotations: AnnotationMap | None = Field(
+        default=None,
+        description="Extra annotations of this agent's pods on every OS (they are added to "
+        "the Prometheus ones; a key given here wins).",
+    )
+    env: EnvMap | None = Field(
+        default=None,
+        description="Extra environment variables of this agent's container on every OS. A name the "
+        "operator sets itself is refused in status (RenderWarning) and left out.",
+    )
+    peer_ca_crl: Flag = Field(
+        default=False,
+        description="Check peer certificates against the CRL of a plugged-in CA: mounts "
+        "ConfigMap istio-ca-crl (optional) and sets CRL_PATH, on Linux (the Windows "
+        "experiment's ztunnel does not read it).",
+    )
 
 
 class IstioCni(ApiModel):
@@ -262,12 +349,64 @@ class IstioCni(ApiModel):
         "an old and a new pod cannot share a node, so a maxSurge is spent as maxUnavailable.",
     )
     resources: Resources = Resources(requests={"cpu": "100m", "memory": "100Mi"})
+    termination_grace_period_seconds: Annotated[int, Field(ge=1, le=3600)] = Field(
+        default=30,
+        description="Time for the agent to clean up its CNI configuration before a rollout "
+        "replaces it, on Linux (Windows keeps 5 s; see docs/upstream-differences.md).",
+    )
+    log_level: LogLevel | None = Field(
+        default=None, description="This agent's log level. Unset: spec.logLevel."
+    )
+    log_as_json: Flag = Field(default=False, description="Write this agent's logs as JSON.")
+    pod_labels: LabelMap | None = Field(
+        default=None,
+        description="Extra labels of this agent's pods on every OS. The operator's own "
+        "labels win over these.",
+    )
+    pod_annotations: AnnotationMap | None = Field(
+        default=None,
+        description="Extra annotations of this agent's pods on every OS (they are added to "
+        "the Prometheus ones; a key given here wins).",
+    )
+    env: EnvMap | None = Field(
+        default=None,
+        description="Extra environment variables of this agent's container on every OS, "
+        "and keys of its ConfigMap, as the chart renders them. A name the "
+        "operator sets itself is refused in status (RenderWarning) and left out.",
+    )
+    exclude_namespaces: Annotated[list[NamespaceName], Field(max_length=64)] = Field(
+        default=["kube-system"],
+        description="Namespaces whose pods istio-cni never redirects, on every OS.",
+    )
+    dns_capture: Flag = Field(
+        default=True,
+        description="Redirect enrolled pods' DNS to ztunnel, on Linux (Windows has no DNS "
+        "proxying: always off there).",
+    )
+    ipv6: Flag = Field(
+        default=True,
+        description="Redirect IPv6 as well as IPv4, on Linux (Windows HNS policies are IPv4 "
+        "only: always off there).",
+    )
+    reconcile_iptables_on_startup: Flag = Field(
+        default=True,
+        description="Mend enrolled pods' redirection rules when the agent starts, on Linux "
+        "(Windows has no iptables).",
+    )
+    enable_ambient_detection_retry: Flag = Field(
+        default=False,
+        description="Retry telling whether a pod is enrolled after an error, on every OS.",
+    )
+    native_nftables: Flag = Field(
+        default=False,
+        description="Redirect with nftables instead of iptables, on Linux (Windows uses HNS).",
+    )
 
 
 class NewPodWorkaround(ApiModel):
     """The init container that holds new pods on pre-WS2025 nodes until redirection is on."""
 
-    enabled: bool = True
+    enabled: Flag = True
     timeout_seconds: Annotated[int, Field(ge=1, le=3600)] = 120
     images: Annotated[dict[PreWs2025Build, ImageRef], Field(max_length=4)] = {
         c.BUILD_WS2022: "mcr.microsoft.com/windows/nanoserver:ltsc2022"
@@ -298,7 +437,7 @@ class ReadinessTaint(ApiModel):
 class NodeReadiness(ApiModel):
     """Remove a node's readiness taint once both of its agents are Ready (opt-in)."""
 
-    enabled: bool = Field(
+    enabled: Flag = Field(
         default=False,
         description="Remove spec.nodeReadiness.taint from a node once its ztunnel and istio-cni "
         "pods are both Ready, on Linux and every Windows build. Nothing else of a Node is ever "
@@ -311,8 +450,7 @@ class NodeReadiness(ApiModel):
     )
 
 
-# Gateway API's patterns for an object name and a GatewayClass controllerName.
-_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# Gateway API's pattern for a GatewayClass controllerName.
 _CONTROLLER = _SUBDOMAIN[:-1] + r"/[A-Za-z0-9/\-._~%!$&'()*+,;=:]+$"
 # Gateway API gives a controllerName's domain to whoever owns it, and istiod
 # serves the istio.io ones (pkg/config/constants: istio.io/mesh-controller is
@@ -379,7 +517,7 @@ class WaypointPolicy(ApiModel):
         description="Image references parameters may set must start with one of these "
         "(a repository, matched up to a '/', ':' or '@'). Default: spec.images.hub.",
     )
-    allow_keyless_tolerations: bool = Field(
+    allow_keyless_tolerations: Flag = Field(
         default=False,
         description="Whether parameters may add a toleration without a key, which tolerates "
         "every taint.",
@@ -421,6 +559,17 @@ class Waypoints(ApiModel):
     policy: WaypointPolicy = WaypointPolicy()
 
 
+class MultiCluster(ApiModel):
+    """This cluster's identity in a multi-cluster mesh."""
+
+    cluster_name: Annotated[str, Field(max_length=253, pattern=_MESH_NAME)] | None = Field(
+        default=None,
+        description="The cluster's name, which must be istiod's (ztunnel's "
+        "ISTIO_META_CLUSTER_ID, the chart's multiCluster.clusterName), on Linux and Windows. "
+        "Unset: Kubernetes, istiod's default.",
+    )
+
+
 class AmbientMeshSpec(ApiModel):
     """What the platform team asks of the ambient data plane."""
 
@@ -449,6 +598,14 @@ class AmbientMeshSpec(ApiModel):
         "system-node-critical"
     )
     log_level: LogLevel = "info"
+    multi_cluster: MultiCluster = MultiCluster()
+    network: Annotated[str, Field(max_length=253, pattern=_MESH_NAME)] | None = Field(
+        default=None,
+        description="The network this cluster's agents are on (ztunnel's NETWORK, the charts' "
+        "network or global.network), on Linux and Windows. A multi-network mesh also needs "
+        "the label topology.istio.io/network on spec.namespace and istiod's "
+        "AMBIENT_ENABLE_MULTI_NETWORK (docs/coming-from-helm.md).",
+    )
     waypoints: Waypoints = Waypoints()
     node_readiness: NodeReadiness = NodeReadiness()
 

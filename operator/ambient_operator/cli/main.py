@@ -1,4 +1,4 @@
-"""`ambient-operator` command line: crd, render, run, waypoint, precheck."""
+"""`ambient-operator` command line: crd, render, run, waypoint, precheck, import-values."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ambient_operator.api import crdgen
+from ambient_operator.cli import import_values as import_values_command
 from ambient_operator.cli import precheck as precheck_command
 from ambient_operator.cli import render as render_command
 from ambient_operator.cli import waypoint as waypoint_command
@@ -231,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub)
     waypoint_command.add_parser(sub)
     precheck_command.add_parser(sub)
+    import_values_command.add_parser(sub)
     return parser
 
 

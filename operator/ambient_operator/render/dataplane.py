@@ -11,7 +11,7 @@ import yaml
 
 from ambient_operator.api import constants as c
 from ambient_operator.api.types import is_zero
-from ambient_operator.api.v1alpha1 import AmbientMeshSpec, Resources, Rollout
+from ambient_operator.api.v1alpha1 import AmbientMeshSpec, IstioCni, Resources, Rollout, Ztunnel
 from ambient_operator.cluster.facts import ClusterFacts, NodeFacts
 from ambient_operator.render import placement as pl
 from ambient_operator.render import values as v
@@ -29,8 +29,6 @@ from ambient_operator.render.verdicts import assign
 
 # (default maxUnavailable, default maxSurge) per component, as upstream ships them.
 ROLLOUT_DEFAULTS: dict[Component, tuple[int, int]] = {v.ZTUNNEL: (0, 1), v.ISTIO_CNI: (1, 0)}
-# Upstream's since 1.30: time for the agent to clean up before a rollout replaces it.
-CNI_GRACE_SECONDS = 30
 # Windows keeps the value it had until its own comparison with upstream decides.
 WINDOWS_CNI_GRACE_SECONDS = 5
 PORTS = {
@@ -39,8 +37,6 @@ PORTS = {
     "cni_metrics": c.PORT_CNI_METRICS,
     "cni_readiness": c.PORT_CNI_READINESS,
 }
-# The cluster's own plumbing (DNS, CNI, kube-proxy) must keep working when the mesh does not.
-EXCLUDE_NAMESPACES = "kube-system"
 # istio-cni parses this YAML into its enrollment selectors; an empty value
 # parses to none, and a pod no selector matches is never redirected. These are
 # the rule of the istio.io API: the pod says ambient, or its namespace does and
@@ -57,14 +53,9 @@ ENABLEMENT_SELECTORS: list[dict[str, Any]] = [
     },
 ]
 # Settings install-cni does not default the way upstream's chart sets them
-# (REPAIR_REPAIR_PODS and AMBIENT_RECONCILE_POD_RULES_ON_STARTUP read as
-# false when absent), and the rest of the chart's repair settings, so the
-# ConfigMap says what the agent does.
+# (REPAIR_REPAIR_PODS reads as false when absent), and the rest of the chart's
+# repair settings, so the ConfigMap says what the agent does.
 LINUX_CNI_SETTINGS = {
-    "AMBIENT_RECONCILE_POD_RULES_ON_STARTUP": "true",
-    "ENABLE_AMBIENT_DETECTION_RETRY": "false",
-    "ISTIO_OWNED_CNI_CONFIG": "false",
-    "NATIVE_NFTABLES": "false",
     "REPAIR_LABEL_PODS": "false",
     "REPAIR_DELETE_PODS": "false",
     # Repair re-applies redirection inside a pod that started before the
@@ -77,6 +68,8 @@ LINUX_CNI_SETTINGS = {
 # ztunnel's cluster ID when the chart's multiCluster.clusterName is unset,
 # which is also istiod's default: one cluster, no name of its own.
 ZTUNNEL_CLUSTER_ID = "Kubernetes"
+# Where the chart's peerCaCrl has ztunnel read the plugged-in CA's revocation list.
+CRL_PATH = "/var/run/secrets/istio/crl/ca-crl.pem"
 
 
 @dataclass(frozen=True)
@@ -96,9 +89,27 @@ class _Platform:
         return self.name != PLATFORM_LINUX
 
 
-def _pod_labels(component: Component, platform: str) -> dict[str, str]:
+def _agent(spec: AmbientMeshSpec, component: Component) -> Ztunnel | IstioCni:
+    return spec.ztunnel if component == v.ZTUNNEL else spec.istio_cni
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _revision(spec: AmbientMeshSpec, component: Component) -> dict[str, str]:
+    """ztunnel says which istiod revision it serves, as the chart annotates it; istio-cni
+    serves every revision and says none."""
+    if component != v.ZTUNNEL or not spec.istiod.revision:
+        return {}
+    return {c.LABEL_REVISION: spec.istiod.revision}
+
+
+def _pod_labels(spec: AmbientMeshSpec, component: Component, platform: str) -> dict[str, str]:
     extra = {"app": "ztunnel"} if component == v.ZTUNNEL else {"k8s-app": "istio-cni-node"}
     return {
+        # The user's first: the operator's own labels select the pods and must win.
+        **(_agent(spec, component).pod_labels or {}),
         **v.labels(component, platform),
         **extra,
         # Agents are the data plane; they must never be enrolled in it.
@@ -107,7 +118,9 @@ def _pod_labels(component: Component, platform: str) -> dict[str, str]:
     }
 
 
-def _pod_annotations(component: Component, plat: _Platform) -> dict[str, str]:
+def _pod_annotations(
+    spec: AmbientMeshSpec, component: Component, plat: _Platform
+) -> dict[str, str]:
     annotations = {"prometheus.io/scrape": "true", "sidecar.istio.io/inject": "false"}
     if component == v.ISTIO_CNI:
         annotations["prometheus.io/port"] = str(c.PORT_CNI_METRICS)
@@ -119,7 +132,14 @@ def _pod_annotations(component: Component, plat: _Platform) -> dict[str, str]:
         # comparison with upstream decides.
         if plat.windows:
             annotations["prometheus.io/path"] = "/stats/prometheus"
-    return annotations
+    # The user's win, as the charts' podAnnotations do, but for the one that
+    # keeps a sidecar out of the agent itself.
+    return {
+        **annotations,
+        **_revision(spec, component),
+        **(_agent(spec, component).pod_annotations or {}),
+        "sidecar.istio.io/inject": "false",
+    }
 
 
 def _host_network(component: Component, plat: _Platform) -> bool:
@@ -150,7 +170,11 @@ def _daemonset_values(
         account = v.SA_ZTUNNEL_WINDOWS if plat.windows else v.SA_ZTUNNEL
     else:
         rollout, resources = spec.istio_cni.rollout, spec.istio_cni.resources
-        grace = WINDOWS_CNI_GRACE_SECONDS if plat.windows else CNI_GRACE_SECONDS
+        grace = (
+            WINDOWS_CNI_GRACE_SECONDS
+            if plat.windows
+            else spec.istio_cni.termination_grace_period_seconds
+        )
         account = v.SA_ISTIO_CNI
     unavailable, surge = rollout.effective(*ROLLOUT_DEFAULTS[component])
     if _host_network(component, plat):
@@ -159,11 +183,12 @@ def _daemonset_values(
         "name": v.daemonset_name(component, plat.name),
         "namespace": spec.namespace,
         "labels": v.labels(component, plat.name),
+        "annotations": _revision(spec, component),
         "selector": v.selector(component, plat.name),
         "max_unavailable": unavailable,
         "max_surge": surge,
-        "pod_labels": _pod_labels(component, plat.name),
-        "pod_annotations": _pod_annotations(component, plat),
+        "pod_labels": _pod_labels(spec, component, plat.name),
+        "pod_annotations": _pod_annotations(spec, component, plat),
         "os": plat.where.os,
         "service_account": account,
         "priority_class": spec.priority_class_name,
@@ -177,8 +202,35 @@ def _daemonset_values(
         "run_as": v.WINDOWS_RUN_AS,
         "profile": plat.profile,
         "root_cert": v.ISTIO_CA_ROOT_CERT,
+        "log_as_json": _agent(spec, component).log_as_json,
         **v.component_args(spec),
     }
+
+
+def user_env(spec: AmbientMeshSpec, component: Component, rendered: dict[str, Any]) -> list[str]:
+    """Names of spec.<agent>.env the operator sets itself in a rendered DaemonSet, left out.
+
+    An env list with one name twice is taken by the API server, and the agent
+    then reads whichever its runtime finds first; the operator's own values
+    (addresses, identity, the pipe) must be what it reads.
+    """
+    ours = {
+        e["name"]
+        for cont in rendered["spec"]["template"]["spec"]["containers"]
+        for e in cont.get("env", [])
+    }
+    return sorted(set(_agent(spec, component).env or {}) & ours)
+
+
+def _extra_env(
+    spec: AmbientMeshSpec, component: Component, taken: set[str]
+) -> list[dict[str, str]]:
+    """The user's env entries, in name order (as Helm ranges over a map), less names we set."""
+    return [
+        {"name": name, "value": value}
+        for name, value in sorted((_agent(spec, component).env or {}).items())
+        if name not in taken
+    ]
 
 
 def _cpu_env(resources: Resources) -> list[dict[str, Any]]:
@@ -201,36 +253,79 @@ def _cpu_env(resources: Resources) -> list[dict[str, Any]]:
     return env
 
 
+def _with_extra_env(
+    spec: AmbientMeshSpec,
+    component: Component,
+    template: str,
+    values: dict[str, Any],
+    own: list[dict[str, Any]],
+    warnings: list[str],
+) -> dict[str, Any]:
+    """Render a DaemonSet with the operator's optional env, then the user's less names it sets."""
+    bare = render_object(template, **values, extra_env=own)
+    if not _agent(spec, component).env:
+        return bare
+    taken = user_env(spec, component, bare)
+    if taken:
+        field = "spec.ztunnel.env" if component == v.ZTUNNEL else "spec.istioCni.env"
+        warnings.append(
+            f"{field} sets {', '.join(taken)}, which the operator sets itself on "
+            f"{values['name']}: left out; use the AmbientMesh field that sets it instead"
+        )
+    extra = _extra_env(spec, component, set(taken))
+    return render_object(template, **values, extra_env=own + extra)
+
+
+def _ztunnel_env(spec: AmbientMeshSpec, plat: _Platform) -> list[dict[str, Any]]:
+    """ztunnel's env that depends on the spec: identity in a multi-cluster mesh, logs, CRL."""
+    env: list[dict[str, Any]] = []
+    # The Linux template says the cluster itself; on Windows it is said here, as
+    # the experiment's own manifest does.
+    if plat.windows:
+        cluster = spec.multi_cluster.cluster_name or ZTUNNEL_CLUSTER_ID
+        env.append({"name": "ISTIO_META_CLUSTER_ID", "value": cluster})
+    if spec.network:
+        env.append({"name": "NETWORK", "value": spec.network})
+    if spec.ztunnel.log_as_json:
+        env.append({"name": "LOG_FORMAT", "value": "json"})
+    # The Windows experiment's ztunnel reads no CRL_PATH.
+    if spec.ztunnel.peer_ca_crl and not plat.windows:
+        env.append({"name": "CRL_PATH", "value": CRL_PATH})
+    return env
+
+
 def _ztunnel(
-    spec: AmbientMeshSpec, facts: ClusterFacts, plat: _Platform, image: str
+    spec: AmbientMeshSpec, facts: ClusterFacts, plat: _Platform, image: str, warnings: list[str]
 ) -> dict[str, Any]:
     values = _daemonset_values(spec, v.ZTUNNEL, plat)
-    if not plat.windows:
-        return render_object(
-            "daemonset-ztunnel-linux.yaml.j2",
-            **values,
-            image=image,
-            istiod=v.linux_istiod(spec),
-            cluster_id=ZTUNNEL_CLUSTER_ID,
-            cpu_env=_cpu_env(spec.ztunnel.resources),
-        )
-    istiod, _ = v.windows_istiod(spec, facts.istiod_ip)
-    dns_ip, _ = v.windows_dns(facts.dns_ip, spec)
-    return render_object(
-        "daemonset-ztunnel-windows.yaml.j2",
-        **values,
-        image=image,
-        istiod=istiod,
-        dns_ip=dns_ip,
+    values["image"] = image
+    own = _ztunnel_env(spec, plat)
+    template = (
+        "daemonset-ztunnel-windows.yaml.j2" if plat.windows else "daemonset-ztunnel-linux.yaml.j2"
     )
+    if not plat.windows:
+        values["istiod"] = v.linux_istiod(spec)
+        values["cluster_id"] = spec.multi_cluster.cluster_name or ZTUNNEL_CLUSTER_ID
+        values["cpu_env"] = _cpu_env(spec.ztunnel.resources)
+        values["peer_ca_crl"] = spec.ztunnel.peer_ca_crl
+    else:
+        values["istiod"], _ = v.windows_istiod(spec, facts.istiod_ip)
+        values["dns_ip"], _ = v.windows_dns(facts.dns_ip, spec)
+    return _with_extra_env(spec, v.ZTUNNEL, template, values, own, warnings)
 
 
-def _istio_cni(spec: AmbientMeshSpec, plat: _Platform, image: str) -> dict[str, Any]:
+def _istio_cni(
+    spec: AmbientMeshSpec, plat: _Platform, image: str, warnings: list[str]
+) -> dict[str, Any]:
     values = _daemonset_values(spec, v.ISTIO_CNI, plat)
     values["config_map"] = v.cni_config_map_name(plat.name)
-    if plat.windows:
-        return render_object("daemonset-istio-cni-windows.yaml.j2", **values, image=image)
-    return render_object("daemonset-istio-cni-linux.yaml.j2", **values, image=image)
+    values["image"] = image
+    template = (
+        "daemonset-istio-cni-windows.yaml.j2"
+        if plat.windows
+        else "daemonset-istio-cni-linux.yaml.j2"
+    )
+    return _with_extra_env(spec, v.ISTIO_CNI, template, values, [], warnings)
 
 
 def _wanted_images(spec: AmbientMeshSpec, plat: _Platform) -> dict[Component, str]:
@@ -251,10 +346,17 @@ def _enablement_selector() -> str:
 
 def _cni_platform_settings(spec: AmbientMeshSpec, plat: _Platform) -> dict[str, str]:
     """The ConfigMap keys that differ between Linux and Windows, in their order."""
+    cni = spec.istio_cni
     if plat.windows:
         win = spec.platforms.windows
         return {
             "AMBIENT_ENABLEMENT_SELECTOR": _enablement_selector(),
+            # Only when asked for: the agent's default is off.
+            **(
+                {"ENABLE_AMBIENT_DETECTION_RETRY": "true"}
+                if cni.enable_ambient_detection_retry
+                else {}
+            ),
             # On shutdown the agent gets the DaemonSet "istio-cni-node" (a name
             # it builds itself, with no override) to tell an upgrade from a
             # removal. Ours are named per build, so it would find the Linux one,
@@ -275,12 +377,21 @@ def _cni_platform_settings(spec: AmbientMeshSpec, plat: _Platform) -> dict[str, 
     name = plat.profile.cni_conf_name
     return {
         "AMBIENT_ENABLEMENT_SELECTOR": _enablement_selector(),
+        # install-cni reads an absent key as false, unlike the chart's default.
         **({"CNI_CONF_NAME": name} if name else {}),
+        "AMBIENT_RECONCILE_POD_RULES_ON_STARTUP": _bool(cni.reconcile_iptables_on_startup),
+        "ENABLE_AMBIENT_DETECTION_RETRY": _bool(cni.enable_ambient_detection_retry),
+        "ISTIO_OWNED_CNI_CONFIG": "false",
+        "NATIVE_NFTABLES": _bool(cni.native_nftables),
         **LINUX_CNI_SETTINGS,
     }
 
 
 def _cni_config(spec: AmbientMeshSpec, plat: _Platform) -> dict[str, Any]:
+    cni = spec.istio_cni
+    # The chart writes the user's env into the ConfigMap as well as the
+    # container; keys the ConfigMap already has stay the operator's.
+    settings = _cni_platform_settings(spec, plat)
     return render_object(
         "configmap-istio-cni.yaml.j2",
         name=v.cni_config_map_name(plat.name),
@@ -289,17 +400,18 @@ def _cni_config(spec: AmbientMeshSpec, plat: _Platform) -> dict[str, Any]:
         # A Windows image is one the user built; the tag would misstate it.
         version=None if plat.windows else spec.images.tag,
         # Windows has no DNS proxying and the HNS policies are IPv4 only.
-        dns_capture="false" if plat.windows else "true",
-        ipv6="false" if plat.windows else "true",
+        dns_capture="false" if plat.windows else _bool(cni.dns_capture),
+        ipv6="false" if plat.windows else _bool(cni.ipv6),
         # Repair mends sidecar pods, which Windows has none of; the
         # experiment's Windows repair is not implemented.
         repair="false" if plat.windows else "true",
-        exclude_namespaces=EXCLUDE_NAMESPACES,
+        exclude_namespaces=",".join(cni.exclude_namespaces),
         zds_address=c.ZDS_PIPE if plat.windows else c.ZTUNNEL_UDS,
         # Multus runs istio-cni as a plugin of its own on OpenShift's Linux
         # nodes; Windows nodes chain it to their CNI whatever the platform.
         chained="true" if plat.windows or plat.profile.chained else "false",
-        settings=_cni_platform_settings(spec, plat),
+        settings=settings,
+        extra={k: val for k, val in sorted((cni.env or {}).items()) if k not in settings},
     )
 
 
@@ -350,7 +462,10 @@ def _service_account(spec: AmbientMeshSpec, name: str, component: Component) -> 
         name=name,
         namespace=spec.namespace,
         labels=v.labels(component, PLATFORM_ALL),
+        annotations=_revision(spec, component),
         automount=component == v.ISTIO_CNI,
+        # Kubelet pulls a pod's images with its ServiceAccount's secrets, as the charts set them.
+        pull_secrets=[{"name": n} for n in spec.images.pull_secrets or []],
     )
 
 
@@ -450,8 +565,8 @@ def render_dataplane(
     for plat in platforms:
         nodes = tuple(n.name for n in plat.nodes)
         pair: tuple[tuple[Component, dict[str, Any]], ...] = (
-            (v.ISTIO_CNI, _istio_cni(spec, plat, images[plat.name][v.ISTIO_CNI])),
-            (v.ZTUNNEL, _ztunnel(spec, facts, plat, images[plat.name][v.ZTUNNEL])),
+            (v.ISTIO_CNI, _istio_cni(spec, plat, images[plat.name][v.ISTIO_CNI], warnings)),
+            (v.ZTUNNEL, _ztunnel(spec, facts, plat, images[plat.name][v.ZTUNNEL], warnings)),
         )
         for component, obj in pair:
             daemonsets.append(obj)

@@ -89,9 +89,12 @@ def _component_image(spec: AmbientMeshSpec, component: Component) -> ComponentIm
 
 
 def linux_image(spec: AmbientMeshSpec, component: Component) -> str:
-    """Image of a component on Linux nodes."""
+    """Image of a component on Linux nodes: <hub>/<name>:<tag>[-<variant>] unless set in full."""
     override = _component_image(spec, component).linux
-    return override or f"{spec.images.hub}/{IMAGE_NAMES[component]}:{spec.images.tag}"
+    if override:
+        return override
+    variant = f"-{spec.images.variant}" if spec.images.variant else ""
+    return f"{spec.images.hub}/{IMAGE_NAMES[component]}:{spec.images.tag}{variant}"
 
 
 def _windows_override(spec: AmbientMeshSpec, component: Component, build: str) -> str | None:
@@ -174,17 +177,26 @@ def valid_ip(text: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class IstiodEndpoint:
-    """How agents dial istiod: address for XDS and CA, and the TLS name to verify."""
+    """How agents dial istiod's CA and XDS, and the TLS name of each when dialled by IP."""
 
-    address: str
-    alt_hostname: str | None = None
+    ca_address: str
+    xds_address: str
+    ca_hostname: str | None = None
+    xds_hostname: str | None = None
+
+
+def _endpoint(spec: AmbientMeshSpec, found: str, hostname: str | None) -> IstiodEndpoint:
+    """The endpoint for the address the agent found; a spec's address is dialled as written."""
+    ca = spec.istiod.ca_address or spec.istiod.address
+    xds = spec.istiod.xds_address or spec.istiod.address
+    return IstiodEndpoint(
+        ca or found, xds or found, None if ca else hostname, None if xds else hostname
+    )
 
 
 def linux_istiod(spec: AmbientMeshSpec) -> IstiodEndpoint:
     """Linux agents resolve the Service name through kube-dns."""
-    if spec.istiod.address:
-        return IstiodEndpoint(spec.istiod.address)
-    return IstiodEndpoint(host_port(istiod_host(spec), c.PORT_ISTIOD_XDS))
+    return _endpoint(spec, host_port(istiod_host(spec), c.PORT_ISTIOD_XDS), None)
 
 
 def windows_istiod(
@@ -194,12 +206,12 @@ def windows_istiod(
 
     Returns the endpoint and a warning when the Service IP is unknown.
     """
-    if spec.istiod.address:
-        return IstiodEndpoint(spec.istiod.address), None
+    if spec.istiod.dialled_as_written():
+        return _endpoint(spec, "", None), None
     host = istiod_host(spec)
     ip = valid_ip(istiod_ip)
     if ip is not None:
-        return IstiodEndpoint(host_port(ip, c.PORT_ISTIOD_XDS), host), None
+        return _endpoint(spec, host_port(ip, c.PORT_ISTIOD_XDS), host), None
     # The fully qualified name falls under the NRPT rule for the cluster
     # domain, so the host can resolve it once that rule is in place.
     fqdn = f"{host}.{spec.cluster_domain}"
@@ -208,7 +220,7 @@ def windows_istiod(
         f"headless): Windows agents dial {host_port(fqdn, c.PORT_ISTIOD_XDS)}, which "
         "resolves only through the cluster DNS rule on the node"
     )
-    return IstiodEndpoint(host_port(fqdn, c.PORT_ISTIOD_XDS), host), warning
+    return _endpoint(spec, host_port(fqdn, c.PORT_ISTIOD_XDS), host), warning
 
 
 def windows_dns(dns_ip: str | None, spec: AmbientMeshSpec) -> tuple[str | None, str | None]:
@@ -225,7 +237,8 @@ def windows_dns(dns_ip: str | None, spec: AmbientMeshSpec) -> tuple[str | None, 
 def component_args(spec: AmbientMeshSpec) -> dict[str, Any]:
     """Values both OS variants of the agents share."""
     return {
-        "cni_log_level": CNI_LOG_LEVELS[spec.log_level],
-        "log_level": spec.log_level,
+        "cni_log_level": CNI_LOG_LEVELS[spec.istio_cni.log_level or spec.log_level],
+        "log_level": spec.ztunnel.log_level or spec.log_level,
         "cluster_domain": spec.cluster_domain,
+        "pull_policy": spec.images.pull_policy,
     }

@@ -272,7 +272,9 @@ def mesh_problems(
     # - render warnings: a fallback that may yet work.
     problems: list[Problem] = []
     service = spec.istiod.service()
-    istiod_missing = spec.istiod.address is None and (spec.namespace, service) not in services
+    istiod_missing = (
+        not spec.istiod.dialled_as_written() and (spec.namespace, service) not in services
+    )
     if istiod_missing:
         problems.append(
             Problem(

@@ -48,6 +48,9 @@ OLDEST_GATEWAY_API = (1, 4)
 UPSTREAM_AGENTS = {"ztunnel": "ztunnel", "istio-cni-node": "istio-cni"}
 UPSTREAM_POD_LABELS = {("app", "ztunnel"): "ztunnel", ("k8s-app", "istio-cni-node"): "istio-cni"}
 MAX_ITEMS = 20
+# istiod's and ztunnel's cluster name when none is given.
+DEFAULT_CLUSTER_ID = "Kubernetes"
+NETWORK_LABEL = "topology.istio.io/network"
 
 
 # How much a finding matters; the exit code is 1 when any is blocking.
@@ -329,6 +332,41 @@ def _node_trust(snap: Snapshot) -> list[Finding]:
     )
 
 
+def _multi_cluster(snap: Snapshot) -> list[Finding]:
+    skipped = _no_istiod("multi-cluster", snap)
+    if skipped:
+        return skipped
+    # What istiod's chart renders from global.multiCluster.clusterName (default Kubernetes).
+    istiod_cluster = _env(snap.istiod).get("CLUSTER_ID", DEFAULT_CLUSTER_ID)
+    agents_cluster = snap.spec.multi_cluster.cluster_name or DEFAULT_CLUSTER_ID
+    out: list[Finding] = []
+    if istiod_cluster != agents_cluster:
+        out += _one(
+            "multi-cluster",
+            BLOCKING,
+            f"istiod's cluster is {istiod_cluster} (CLUSTER_ID, the istiod chart's "
+            f"global.multiCluster.clusterName) but the agents say {agents_cluster} "
+            "(spec.multiCluster.clusterName): istiod gives ztunnels of another cluster no "
+            f"certificates. Set spec.multiCluster.clusterName to {istiod_cluster}",
+        )
+    labels = snap.namespaces.get(snap.spec.namespace, {})
+    label = labels.get(NETWORK_LABEL)
+    if (snap.spec.network or None) != (label or None):
+        out += _one(
+            "multi-cluster",
+            WARNING,
+            f"the agents' network is {snap.spec.network or 'unset'} (spec.network) but "
+            f"namespace {snap.spec.namespace} is labelled {NETWORK_LABEL}="
+            f"{label or '(none)'}, which istiod takes as its own network: set both alike",
+        )
+    if out:
+        return out
+    where = f", network {snap.spec.network}" if snap.spec.network else ""
+    return _one(
+        "multi-cluster", OK, f"istiod and the agents are in cluster {agents_cluster}{where}"
+    )
+
+
 def _version_skew(snap: Snapshot) -> list[Finding]:
     skipped = _no_istiod("version-skew", snap)
     if skipped is not None:
@@ -524,6 +562,14 @@ CHECKS: tuple[Check, ...] = (
         "An account is missing (those ztunnels get no certificates).",
         "Never.",
         _node_trust,
+    ),
+    Check(
+        "multi-cluster",
+        "istiod's CLUSTER_ID against spec.multiCluster.clusterName, and spec.network against "
+        "the topology.istio.io/network label of spec.namespace.",
+        "The cluster names differ (istiod gives those ztunnels no certificates).",
+        "The network and the namespace's label differ.",
+        _multi_cluster,
     ),
     Check(
         "version-skew",

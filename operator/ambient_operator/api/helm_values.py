@@ -1,0 +1,771 @@
+"""Istio's `ztunnel` and `istio-cni` chart values, and the AmbientMesh fields they become.
+
+Every value of the pinned charts (each leaf of their values.yaml, and each
+value their templates read) is one entry here: either carried to an
+AmbientMesh field, or fixed, with the reason the operator renders only what
+the chart's default renders. `import_values` reads values files with them,
+as `helm template --set profile=ambient -f FILE` would, and
+tests/test_helm_values.py holds every entry to what upstream's chart
+renders with it, through the real `helm`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Chart = Literal["ztunnel", "istio-cni"]
+CHARTS: tuple[Chart, ...] = ("ztunnel", "istio-cni")
+Builder = Callable[[Mapping[str, Any], dict[str, Any]], None]
+
+# What the charts' `ambient` profile (files/profile-ambient.yaml) sets, as the
+# charts merge it: istio-cni takes its `cni:` block as top-level values, and
+# both take its `global:` block as top-level values as well.
+AMBIENT_PROFILE: dict[Chart, dict[str, Any]] = {
+    "ztunnel": {
+        "meshConfig.defaultConfig.proxyMetadata": {"ISTIO_META_ENABLE_HBONE": "true"},
+        "variant": "distroless",
+    },
+    "istio-cni": {"ambient.enabled": True, "variant": "distroless", "global.variant": "distroless"},
+}
+# Env the operator sets on ztunnel itself with this value: a proxyMetadata
+# entry equal to it adds nothing.
+_ZTUNNEL_OWN_ENV = {"ISTIO_META_ENABLE_HBONE": "true"}
+
+
+class RefusedValueError(ValueError):
+    """A value that cannot be carried over, with its chart and dotted path."""
+
+    def __init__(self, chart: str, path: str, reason: str) -> None:
+        super().__init__(f"{chart}: {path}: {reason}")
+        self.chart, self.path, self.reason = chart, path, reason
+
+
+@dataclass(frozen=True)
+class Carried:
+    """A value that becomes an AmbientMesh field."""
+
+    field: str
+    windows: str
+    build: Builder
+    kind: type | tuple[type, ...] = str
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """A value the operator does not take: only what the chart's default renders is rendered."""
+
+    reason: str
+    # Values that render what the operator renders; the chart's default when empty.
+    accepts: tuple[Any, ...] = ()
+    any_value: bool = field(default=False)
+
+
+Entry = Carried | Fixed
+# Stands for the release namespace in Fixed.accepts.
+RELEASE_NAMESPACE = "(the release namespace)"
+
+
+def _put(spec: dict[str, Any], path: str, value: Any) -> None:
+    node = spec
+    *parents, last = path.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[last] = value
+
+
+def _to(path: str, convert: Callable[[Any], Any] = lambda x: x) -> Builder:
+    """A builder that sets one spec path from the entry's own value."""
+
+    def build(values: Mapping[str, Any], spec: dict[str, Any]) -> None:
+        _put(spec, path, convert(values["_self"]))
+
+    return build
+
+
+def _bool(value: Any) -> bool:
+    return bool(value)
+
+
+def _str_map(value: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in value.items()}
+
+
+_DEFAULT_TOLERATIONS = [
+    {"effect": "NoSchedule", "operator": "Exists"},
+    {"key": "CriticalAddonsOnly", "operator": "Exists"},
+    {"effect": "NoExecute", "operator": "Exists"},
+]
+_ENABLEMENT_SELECTORS = [
+    {"podSelector": {"matchLabels": {"istio.io/dataplane-mode": "ambient"}}},
+    {
+        "podSelector": {
+            "matchExpressions": [
+                {"key": "istio.io/dataplane-mode", "operator": "NotIn", "values": ["none"]}
+            ]
+        },
+        "namespaceSelector": {"matchLabels": {"istio.io/dataplane-mode": "ambient"}},
+    },
+]
+
+
+# --- ztunnel -----------------------------------------------------------------
+
+_WIN_ENV = "applied: the Windows experiment's ztunnel reads the same variable (src/config.rs)"
+_WIN_POD = "applied to the Windows agents' pods and containers too"
+_WIN_LINUX_ONLY = "not applied: "
+
+
+def _ztunnel_resources(values: Mapping[str, Any], spec: dict[str, Any]) -> None:
+    requests = {
+        k: values[f"resources.requests.{k}"]
+        for k in ("cpu", "memory")
+        if values[f"resources.requests.{k}"]
+    }
+    limits = {k: v for k, v in (values["resources.limits"] or {}).items() if v}
+    _put(
+        spec,
+        "ztunnel.resources",
+        {**({"requests": requests} if requests else {}), **({"limits": limits} if limits else {})},
+    )
+
+
+def _proxy_metadata(values: Mapping[str, Any], spec: dict[str, Any]) -> None:
+    extra = {k: v for k, v in _str_map(values["_self"]).items() if _ZTUNNEL_OWN_ENV.get(k) != v}
+    if extra:
+        env = spec.setdefault("ztunnel", {}).setdefault("env", {})
+        for name in extra:
+            if name in env:
+                raise ValueError(f"{name} is set in env as well; the chart would render it twice")
+        env.update(extra)
+
+
+def _env(component: str) -> Builder:
+    def build(values: Mapping[str, Any], spec: dict[str, Any]) -> None:
+        env = spec.setdefault(component, {}).setdefault("env", {})
+        env.update(_str_map(values["_self"]))
+
+    return build
+
+
+def _rollout(component: str, key: str) -> Builder:
+    return _to(f"{component}.rollout.{key}")
+
+
+_HELM_NAMES = "names the objects of a Helm install; the operator's objects have fixed names"
+_SCOPE = (
+    "splits a Helm install between cluster and namespace administrators; the operator writes both"
+)
+_NETWORK_POLICY = (
+    "the operator renders no NetworkPolicy for the agents (they use the host network or "
+    "each pod's network namespace, which a NetworkPolicy does not select)"
+)
+_PROFILE = "profiles are Helm's way to set values; give the values themselves"
+
+ZTUNNEL: dict[str, Entry] = {
+    "hub": Carried(
+        "spec.images.hub",
+        "applied: Windows images are <hub>/ztunnel-windows:<tag>",
+        _to("images.hub"),
+    ),
+    "tag": Carried(
+        "spec.images.tag",
+        "applied: Windows images are <hub>/ztunnel-windows:<tag>",
+        _to("images.tag"),
+    ),
+    "variant": Carried(
+        "spec.images.variant",
+        "not applied: the Windows images have no variants",
+        _to("images.variant"),
+    ),
+    "image": Carried(
+        "spec.images.ztunnel.linux",
+        "not applied: set spec.images.ztunnel.windows",
+        _to("images.ztunnel.linux"),
+    ),
+    "network": Carried("spec.network", _WIN_ENV, _to("network")),
+    "global.networkPolicy.enabled": Fixed(_NETWORK_POLICY, accepts=(False,)),
+    "resourceName": Fixed(_HELM_NAMES, accepts=("", "ztunnel")),
+    "labels": Fixed("labels of the top-level objects are not carried yet", accepts=({},)),
+    "annotations": Fixed("annotations of the top-level objects are not carried yet", accepts=({},)),
+    "volumeMounts": Fixed("extra volume mounts are not carried yet", accepts=([],)),
+    "volumes": Fixed("extra volumes are not carried yet", accepts=([],)),
+    "tolerations": Fixed(
+        "tolerations are per platform here (spec.platforms.linux.tolerations); the chart's "
+        "default is the operator's",
+        accepts=(_DEFAULT_TOLERATIONS,),
+    ),
+    "podAnnotations": Carried(
+        "spec.ztunnel.podAnnotations", _WIN_POD, _to("ztunnel.podAnnotations", _str_map), dict
+    ),
+    "podLabels": Carried(
+        "spec.ztunnel.podLabels", _WIN_POD, _to("ztunnel.podLabels", _str_map), dict
+    ),
+    "resources.requests.cpu": Carried(
+        "spec.ztunnel.resources", _WIN_POD, _ztunnel_resources, (str, int)
+    ),
+    "resources.requests.memory": Carried(
+        "spec.ztunnel.resources", _WIN_POD, _ztunnel_resources, (str, int)
+    ),
+    "resources.limits": Carried("spec.ztunnel.resources", _WIN_POD, _ztunnel_resources, dict),
+    "resourceQuotas.enabled": Fixed(
+        "the operator renders the agents' ResourceQuotas where the platform needs them (GKE)",
+        accepts=(False,),
+    ),
+    "resourceQuotas.pods": Fixed(
+        "the operator's quotas allow 5000 pods, the chart's default", accepts=(5000,)
+    ),
+    "peerCaCrl.enabled": Carried(
+        "spec.ztunnel.peerCaCrl",
+        "not applied: the Windows experiment's ztunnel reads no CRL_PATH",
+        _to("ztunnel.peerCaCrl", _bool),
+        bool,
+    ),
+    "imagePullSecrets": Carried(
+        "spec.images.pullSecrets",
+        "applied: on the Windows ServiceAccount too",
+        _to("images.pullSecrets", list),
+        list,
+    ),
+    "env": Carried(
+        "spec.ztunnel.env", "applied to the Windows container too", _env("ztunnel"), dict
+    ),
+    "imagePullPolicy": Carried("spec.images.pullPolicy", _WIN_POD, _to("images.pullPolicy")),
+    "multiCluster.clusterName": Carried(
+        "spec.multiCluster.clusterName", _WIN_ENV, _to("multiCluster.clusterName")
+    ),
+    "meshConfig.defaultConfig.proxyMetadata": Carried(
+        "spec.ztunnel.env", "applied to the Windows container too", _proxy_metadata, dict
+    ),
+    "terminationGracePeriodSeconds": Carried(
+        "spec.ztunnel.terminationGracePeriodSeconds",
+        _WIN_POD,
+        _to("ztunnel.terminationGracePeriodSeconds", int),
+        int,
+    ),
+    "revision": Carried(
+        "spec.istiod.revision",
+        "applied: Windows agents dial istiod-<revision> by its Service IP",
+        _to("istiod.revision"),
+    ),
+    "caAddress": Carried("spec.istiod.caAddress", _WIN_ENV, _to("istiod.caAddress")),
+    "xdsAddress": Carried("spec.istiod.xdsAddress", _WIN_ENV, _to("istiod.xdsAddress")),
+    "istioNamespace": Fixed(
+        "the operator finds istiod in the agents' namespace (the release namespace, "
+        "--namespace); to dial an istiod elsewhere, set spec.istiod.address",
+        accepts=(RELEASE_NAMESPACE,),
+    ),
+    "logLevel": Carried("spec.ztunnel.logLevel", _WIN_ENV, _to("ztunnel.logLevel")),
+    "logAsJson": Carried("spec.ztunnel.logAsJson", _WIN_ENV, _to("ztunnel.logAsJson", _bool), bool),
+    "seLinuxOptions": Fixed(
+        "SELinux options follow the platform (spc_t on OpenShift); not carried yet", accepts=({},)
+    ),
+    "resourceScope": Fixed(_SCOPE, accepts=("all",)),
+    "updateStrategy.type": Fixed(
+        "the agents always roll (RollingUpdate)", accepts=("RollingUpdate",)
+    ),
+    "updateStrategy.rollingUpdate.maxSurge": Carried(
+        "spec.ztunnel.rollout.maxSurge",
+        "applied as maxUnavailable: on the host network a surge pod cannot start beside "
+        "the old one",
+        _rollout("ztunnel", "maxSurge"),
+        (int, str),
+    ),
+    "updateStrategy.rollingUpdate.maxUnavailable": Carried(
+        "spec.ztunnel.rollout.maxUnavailable",
+        _WIN_POD,
+        _rollout("ztunnel", "maxUnavailable"),
+        (int, str),
+    ),
+    "dnsPolicy": Fixed("the DNS policy of the agents' pods is not carried yet", accepts=("",)),
+    "dnsConfig": Fixed("the DNS config of the agents' pods is not carried yet", accepts=({},)),
+    # Read by the templates, not in values.yaml.
+    "affinity": Fixed(
+        "placement is the operator's (per platform and Windows build); use "
+        "spec.platforms.linux.nodeSelector",
+        accepts=({}, None),
+    ),
+    "nodeSelector": Fixed(
+        "use spec.platforms.linux.nodeSelector, which also reports the nodes it leaves out",
+        accepts=({}, None),
+    ),
+    "trustBundleName": Fixed(
+        "ztunnel reads istiod's root certificate from ConfigMap istio-ca-root-cert",
+        accepts=("", None, "istio-ca-root-cert"),
+    ),
+    "ownerName": Fixed("names an IstioOperator resource; none owns these objects", any_value=True),
+    "platform": Carried(
+        "spec.platform", "applied: the platform's Windows CNI paths", _to("platform")
+    ),
+    "global.platform": Carried(
+        "spec.platform", "applied: the platform's Windows CNI paths", _to("platform")
+    ),
+    "profile": Fixed(_PROFILE, accepts=("ambient",)),
+    "global.profile": Fixed(_PROFILE, accepts=("ambient",)),
+    "compatibilityVersion": Fixed(
+        "compatibility profiles restore older releases' defaults; not carried", accepts=("", None)
+    ),
+    "defaults": Fixed("the charts refuse it themselves", accepts=(None,)),
+    "_internal_defaults_do_not_set": Fixed("the charts' own defaults; never set", accepts=(None,)),
+}
+
+
+# --- istio-cni ---------------------------------------------------------------
+
+_WIN_CNI = "applied: the Windows experiment's istio-cni reads the same key (cni/pkg/cmd/root.go)"
+
+
+def _cni_resources(values: Mapping[str, Any], spec: dict[str, Any]) -> None:
+    requests = {
+        k: values[f"resources.requests.{k}"]
+        for k in ("cpu", "memory")
+        if values[f"resources.requests.{k}"]
+    }
+    _put(spec, "istioCni.resources", {"requests": requests} if requests else {})
+
+
+_REPAIR = (
+    "repair mends pods that started before the agent was ready; the operator repairs them in "
+    "place (repairPods), as the chart's default does"
+)
+_DEFAULT_RESOURCES = (
+    "the chart uses it only where resources is empty, which its own default never is; set resources"
+)
+_CNI_PATHS = (
+    "CNI paths follow spec.platform (docs/platforms.md); the chart's defaults are the generic "
+    "platform's"
+)
+_SELECTORS = (
+    "the enrollment rule of the istio.io API is fixed: the operator reports enrollment by the "
+    "same rule istio-cni applies"
+)
+
+ISTIO_CNI: dict[str, Entry] = {
+    "hub": Carried(
+        "spec.images.hub",
+        "applied: Windows images are <hub>/install-cni-windows:<tag>",
+        _to("images.hub"),
+    ),
+    "tag": Carried(
+        "spec.images.tag",
+        "applied: Windows images are <hub>/install-cni-windows:<tag>",
+        _to("images.tag"),
+    ),
+    "variant": Carried(
+        "spec.images.variant",
+        "not applied: the Windows images have no variants",
+        _to("images.variant"),
+    ),
+    "image": Carried(
+        "spec.images.istioCni.linux",
+        "not applied: set spec.images.istioCni.windows",
+        _to("images.istioCni.linux"),
+    ),
+    "pullPolicy": Carried("spec.images.pullPolicy", _WIN_POD, _to("images.pullPolicy")),
+    "logging.level": Carried(
+        "spec.istioCni.logLevel", "applied: the same flag on Windows", _to("istioCni.logLevel")
+    ),
+    "cniBinDir": Fixed(_CNI_PATHS, accepts=("/opt/cni/bin",)),
+    "cniConfDir": Fixed(_CNI_PATHS, accepts=("/etc/cni/net.d",)),
+    "cniConfFileName": Fixed(
+        "the plugin's file name follows the platform (Multus on OpenShift); not carried yet",
+        accepts=("",),
+    ),
+    "cniNetnsDir": Fixed(_CNI_PATHS, accepts=("/var/run/netns",)),
+    "istioOwnedCNIConfigFileName": Fixed(
+        "only with istioOwnedCNIConfig, which is not carried yet", accepts=("",)
+    ),
+    "istioOwnedCNIConfig": Fixed(
+        "an Istio-owned CNI configuration file is not carried yet", accepts=(False,)
+    ),
+    "excludeNamespaces": Carried(
+        "spec.istioCni.excludeNamespaces", _WIN_CNI, _to("istioCni.excludeNamespaces", list), list
+    ),
+    "affinity": Fixed(
+        "placement is the operator's (per platform and Windows build); use "
+        "spec.platforms.linux.nodeSelector",
+        accepts=({},),
+    ),
+    "daemonSetLabels": Fixed("labels of the DaemonSet itself are not carried yet", accepts=({},)),
+    "podAnnotations": Carried(
+        "spec.istioCni.podAnnotations", _WIN_POD, _to("istioCni.podAnnotations", _str_map), dict
+    ),
+    "podLabels": Carried(
+        "spec.istioCni.podLabels", _WIN_POD, _to("istioCni.podLabels", _str_map), dict
+    ),
+    "chained": Fixed(
+        "chaining follows the platform (a plugin of its own under Multus on OpenShift)",
+        accepts=(True,),
+    ),
+    "provider": Fixed("Multus follows spec.platform: openshift", accepts=("default",)),
+    "ambient.enabled": Fixed("the operator runs istio-cni for ambient only", accepts=(True,)),
+    "ambient.enablementSelectors": Fixed(_SELECTORS, accepts=(_ENABLEMENT_SELECTORS,)),
+    "ambient.configDir": Fixed("istio-cni's default ambient config directory", accepts=("",)),
+    "ambient.dnsCapture": Carried(
+        "spec.istioCni.dnsCapture",
+        "not applied: Windows has no DNS proxying",
+        _to("istioCni.dnsCapture", _bool),
+        bool,
+    ),
+    "ambient.ipv6": Carried(
+        "spec.istioCni.ipv6",
+        "not applied: Windows HNS policies are IPv4 only",
+        _to("istioCni.ipv6", _bool),
+        bool,
+    ),
+    "ambient.reconcileIptablesOnStartup": Carried(
+        "spec.istioCni.reconcileIptablesOnStartup",
+        "not applied: Windows has no iptables",
+        _to("istioCni.reconcileIptablesOnStartup", _bool),
+        bool,
+    ),
+    "ambient.shareHostNetworkNamespace": Fixed(
+        "the operator runs istio-cni on the host network already", accepts=(False,)
+    ),
+    "ambient.enableAmbientDetectionRetry": Carried(
+        "spec.istioCni.enableAmbientDetectionRetry",
+        _WIN_CNI,
+        _to("istioCni.enableAmbientDetectionRetry", _bool),
+        bool,
+    ),
+    "repair.enabled": Fixed(_REPAIR, accepts=(True,)),
+    "repair.hub": Fixed("repair runs inside istio-cni; no image of its own", any_value=True),
+    "repair.tag": Fixed("repair runs inside istio-cni; no image of its own", any_value=True),
+    "repair.labelPods": Fixed(_REPAIR, accepts=(False,)),
+    "repair.deletePods": Fixed(_REPAIR, accepts=(False,)),
+    "repair.repairPods": Fixed(_REPAIR, accepts=(True,)),
+    "repair.initContainerName": Fixed(_REPAIR, accepts=("istio-validation",)),
+    "repair.brokenPodLabelKey": Fixed(_REPAIR, accepts=("cni.istio.io/uninitialized",)),
+    "repair.brokenPodLabelValue": Fixed(_REPAIR, accepts=("true",)),
+    "seccompProfile": Fixed("a seccomp profile for istio-cni is not carried yet", accepts=({},)),
+    "seLinuxOptions": Fixed(
+        "SELinux options follow the platform (spc_t on OpenShift); not carried yet", accepts=({},)
+    ),
+    "useAppArmorAnnotation": Fixed(
+        "the operator sets the AppArmor profile in the securityContext (Kubernetes 1.30+), "
+        "which is what the annotation asks for",
+        accepts=(True, False),
+    ),
+    "resources.requests.cpu": Carried(
+        "spec.istioCni.resources", _WIN_POD, _cni_resources, (str, int)
+    ),
+    "resources.requests.memory": Carried(
+        "spec.istioCni.resources", _WIN_POD, _cni_resources, (str, int)
+    ),
+    "resourceQuotas.enabled": Fixed(
+        "the operator renders the agents' ResourceQuotas where the platform needs them (GKE)",
+        accepts=(False,),
+    ),
+    "resourceQuotas.pods": Fixed(
+        "the operator's quotas allow 5000 pods, the chart's default", accepts=(5000,)
+    ),
+    "tolerations": Fixed(
+        "tolerations are per platform here (spec.platforms.linux.tolerations); the chart's "
+        "default is the operator's",
+        accepts=(_DEFAULT_TOLERATIONS,),
+    ),
+    "updateStrategy.type": Fixed(
+        "the agents always roll (RollingUpdate)", accepts=("RollingUpdate",)
+    ),
+    "updateStrategy.rollingUpdate.maxUnavailable": Carried(
+        "spec.istioCni.rollout.maxUnavailable",
+        _WIN_POD,
+        _rollout("istioCni", "maxUnavailable"),
+        (int, str),
+    ),
+    "terminationGracePeriodSeconds": Carried(
+        "spec.istioCni.terminationGracePeriodSeconds",
+        "not applied: Windows keeps 5 s (docs/upstream-differences.md)",
+        _to("istioCni.terminationGracePeriodSeconds", int),
+        int,
+    ),
+    "revision": Fixed(
+        "labels istio-cni's objects with a revision it does not use in ambient; istio-cni serves "
+        "every revision",
+        any_value=True,
+    ),
+    "ownerName": Fixed("names an IstioOperator resource; none owns these objects", any_value=True),
+    "global.hub": Carried(
+        "spec.images.hub",
+        "applied: Windows images are <hub>/install-cni-windows:<tag>",
+        _to("images.hub"),
+    ),
+    "global.tag": Carried(
+        "spec.images.tag",
+        "applied: Windows images are <hub>/install-cni-windows:<tag>",
+        _to("images.tag"),
+    ),
+    "global.variant": Carried(
+        "spec.images.variant",
+        "not applied: the Windows images have no variants",
+        _to("images.variant"),
+    ),
+    "global.imagePullPolicy": Carried("spec.images.pullPolicy", _WIN_POD, _to("images.pullPolicy")),
+    "global.logging.level": Carried(
+        "spec.istioCni.logLevel", "applied: the same flag on Windows", _to("istioCni.logLevel")
+    ),
+    "global.logAsJson": Carried(
+        "spec.istioCni.logAsJson",
+        "applied: the same flag on Windows",
+        _to("istioCni.logAsJson", _bool),
+        bool,
+    ),
+    "global.networkPolicy.enabled": Fixed(_NETWORK_POLICY, accepts=(False,)),
+    "global.imagePullSecrets": Carried(
+        "spec.images.pullSecrets",
+        "applied: the ServiceAccount is shared",
+        _to("images.pullSecrets", list),
+        list,
+    ),
+    "global.defaultResources.requests.cpu": Fixed(_DEFAULT_RESOURCES, any_value=True),
+    "global.defaultResources.requests.memory": Fixed(_DEFAULT_RESOURCES, any_value=True),
+    "global.nativeNftables": Carried(
+        "spec.istioCni.nativeNftables",
+        "not applied: Windows uses HNS",
+        _to("istioCni.nativeNftables", _bool),
+        bool,
+    ),
+    "global.resourceScope": Fixed(_SCOPE, accepts=("all",)),
+    "env": Carried(
+        "spec.istioCni.env",
+        "applied to the Windows container and ConfigMap too",
+        _env("istioCni"),
+        dict,
+    ),
+    # Read by the templates, not in values.yaml.
+    "platform": Carried(
+        "spec.platform", "applied: the platform's Windows CNI paths", _to("platform")
+    ),
+    "global.platform": Carried(
+        "spec.platform", "applied: the platform's Windows CNI paths", _to("platform")
+    ),
+    "profile": Fixed(_PROFILE, accepts=("ambient",)),
+    "global.profile": Fixed(_PROFILE, accepts=("ambient",)),
+    "compatibilityVersion": Fixed(
+        "compatibility profiles restore older releases' defaults; not carried", accepts=("", None)
+    ),
+    "defaults": Fixed("the charts refuse it themselves", accepts=(None,)),
+    "_internal_defaults_do_not_set": Fixed("the charts' own defaults; never set", accepts=(None,)),
+}
+
+ENTRIES: dict[Chart, dict[str, Entry]] = {"ztunnel": ZTUNNEL, "istio-cni": ISTIO_CNI}
+
+# Values the builders combine, as each chart's values.yaml has them (a test
+# holds them to the pinned charts).
+CHART_DEFAULTS: dict[Chart, dict[str, Any]] = {
+    "ztunnel": {
+        "resources.requests.cpu": "200m",
+        "resources.requests.memory": "512Mi",
+        "resources.limits": None,
+    },
+    "istio-cni": {"resources.requests.cpu": "100m", "resources.requests.memory": "100Mi"},
+}
+
+
+def _given(chart: Chart, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries a values file sets, by path, with the charts' precedence applied.
+
+    Top-level values beat `global.*` ones, which the charts also read as
+    top-level values; both beat the ambient profile. istio-cni reads a legacy
+    `cni:` block as top-level values.
+    """
+    entries = ENTRIES[chart]
+    values = dict(values)
+    if chart == "istio-cni" and isinstance(values.get("cni"), dict):
+        legacy = values.pop("cni")
+        values = _merged(values, legacy)
+    top: dict[str, Any] = {}
+    flattened: dict[str, Any] = {}
+
+    def walk(node: Mapping[str, Any], prefix: str) -> None:
+        for key, value in node.items():
+            path = f"{prefix}{key}"
+            if path in entries:
+                top[path] = value
+            elif path.startswith("global.") and path.removeprefix("global.") in entries:
+                flattened[path.removeprefix("global.")] = value
+            elif isinstance(value, dict):
+                walk(value, path + ".")
+            else:
+                raise RefusedValueError(chart, path, "not a value of the chart")
+
+    walk(values, "")
+    return {**AMBIENT_PROFILE[chart], **flattened, **top}
+
+
+def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(dict(base))
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _wrong_type(expected: str, value: Any) -> str:
+    return f"expected {expected}, got {type(value).__name__} {value!r}"
+
+
+def _typed(chart: Chart, path: str, entry: Carried, value: Any) -> None:
+    kinds = entry.kind if isinstance(entry.kind, tuple) else (entry.kind,)
+    # YAML's true is no count, though Python's bool is an int.
+    ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+    if not ok:
+        names = " or ".join(k.__name__ for k in kinds)
+        raise RefusedValueError(chart, path, _wrong_type(names, value))
+
+
+def chart_spec(
+    chart: Chart, values: Mapping[str, Any], namespace: str = "istio-system"
+) -> dict[str, Any]:
+    """The AmbientMesh spec fields one chart's values file sets (camelCase, nested).
+
+    Raises RefusedValueError for an unknown key, a value of the wrong type, or a value
+    the operator cannot honour.
+    """
+    if not isinstance(values, Mapping):
+        raise RefusedValueError(chart, "(file)", "expected a mapping of values")
+    given = _given(chart, values)
+    spec: dict[str, Any] = {}
+    done: set[int] = set()
+    # global.* first: a top-level value of the same field is written after, and wins.
+    for path in sorted(given, key=lambda p: (not p.startswith("global."), p)):
+        entry, value = ENTRIES[chart][path], given[path]
+        if isinstance(entry, Fixed):
+            accepts = [namespace if a == RELEASE_NAMESPACE else a for a in entry.accepts]
+            if not entry.any_value and value not in accepts:
+                shown = " or ".join(repr(a) for a in accepts)
+                raise RefusedValueError(chart, path, f"{entry.reason} (only {shown} is honoured)")
+            continue
+        _typed(chart, path, entry, value)
+        # A builder that combines several values runs once, with all of them.
+        if id(entry.build) in done:
+            continue
+        combined = entry.build in (_ztunnel_resources, _cni_resources)
+        if combined:
+            done.add(id(entry.build))
+        merged = {**CHART_DEFAULTS[chart], **given, "_self": value}
+        try:
+            entry.build(merged, spec)
+        except ValueError as exc:
+            raise RefusedValueError(chart, path, str(exc)) from exc
+    return spec
+
+
+def _combine(parts: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """One spec from each file's part; the same field set differently by two files is refused."""
+    out: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+
+    def walk(node: Mapping[str, Any], target: dict[str, Any], prefix: str, source: str) -> None:
+        for key, value in node.items():
+            path = f"{prefix}{key}"
+            if isinstance(value, dict) and value and isinstance(target.get(key, {}), dict):
+                walk(value, target.setdefault(key, {}), path + ".", source)
+            elif key in target and target[key] != value:
+                raise RefusedValueError(
+                    source,
+                    f"spec.{path}",
+                    f"is {value!r} here but {target[key]!r} in {origin[path]}; the operator "
+                    "takes one value for both agents",
+                )
+            else:
+                target[key] = value
+                origin[path] = source
+
+    for source, part in parts:
+        walk(part, out, "", source)
+    return out
+
+
+def istiod_spec(values: Mapping[str, Any]) -> dict[str, Any]:
+    """What the agents must agree with in istiod's values: only these keys are read."""
+    if not isinstance(values, Mapping):
+        raise RefusedValueError("istiod", "(file)", "expected a mapping of values")
+
+    def get(path: str) -> Any:
+        node: Any = values
+        for key in path.split("."):
+            if not isinstance(node, Mapping) or key not in node:
+                return None
+            node = node[key]
+        return node
+
+    spec: dict[str, Any] = {}
+    reads = {
+        "revision": "istiod.revision",
+        "global.istioNamespace": "namespace",
+        "meshConfig.trustDomain": "trustDomain",
+        "global.proxy.clusterDomain": "clusterDomain",
+        "global.multiCluster.clusterName": "multiCluster.clusterName",
+        "global.network": "network",
+    }
+    for path, target in reads.items():
+        value = get(path)
+        if value in (None, ""):
+            continue
+        if not isinstance(value, str):
+            raise RefusedValueError("istiod", path, _wrong_type("str", value))
+        _put(spec, target, value)
+    trusted = get("trustedZtunnelName")
+    if trusted not in (None, "", "ztunnel"):
+        raise RefusedValueError(
+            "istiod",
+            "trustedZtunnelName",
+            "the operator's ztunnel ServiceAccounts are ztunnel and ztunnel-windows",
+        )
+    namespace = get("trustedZtunnelNamespace")
+    own = spec.get("namespace", "istio-system")
+    if namespace not in (None, "", own):
+        raise RefusedValueError(
+            "istiod",
+            "trustedZtunnelNamespace",
+            f"istiod trusts ztunnel in {namespace!r} but the agents run in {own!r}",
+        )
+    return spec
+
+
+def import_values(
+    ztunnel: Mapping[str, Any] | None = None,
+    istio_cni: Mapping[str, Any] | None = None,
+    istiod: Mapping[str, Any] | None = None,
+    namespace: str = "istio-system",
+) -> dict[str, Any]:
+    """The AmbientMesh `default` that renders what the charts render with these values.
+
+    Each file is read as `helm template --set profile=ambient -f FILE --namespace
+    NAMESPACE` reads it. Raises RefusedValueError (chart, dotted path, reason) for
+    anything that cannot be carried over; the spec is then validated as the API
+    server would.
+    """
+    parts: list[tuple[str, dict[str, Any]]] = []
+    if namespace != "istio-system":
+        parts.append(("--namespace", {"namespace": namespace}))
+    if ztunnel is not None:
+        parts.append(("ztunnel", chart_spec("ztunnel", ztunnel, namespace)))
+    if istio_cni is not None:
+        parts.append(("istio-cni", chart_spec("istio-cni", istio_cni, namespace)))
+    if istiod is not None:
+        parts.append(("istiod", istiod_spec(istiod)))
+    spec = _combine(parts)
+    # Imported here: the API models import nothing of this module.
+    from pydantic import ValidationError
+
+    from ambient_operator.api.v1alpha1 import AmbientMesh
+
+    mesh = {
+        "apiVersion": "ambientoperator.io/v1alpha1",
+        "kind": "AmbientMesh",
+        "metadata": {"name": "default"},
+        "spec": spec,
+    }
+    try:
+        AmbientMesh.model_validate(mesh)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise RefusedValueError("AmbientMesh", where, first["msg"]) from exc
+    return mesh

@@ -1,0 +1,89 @@
+"""`ambient-operator import-values`: an AmbientMesh from Istio's Helm values files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ambient_operator.api.helm_values import RefusedValueError, import_values
+
+EXIT_REFUSED = 2
+
+
+def _read(path: Path | None, what: str) -> Any:
+    if path is None:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RefusedValueError(what, "(file)", f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise RefusedValueError(what, "(file)", f"{path} is not YAML: {exc}") from exc
+    # An empty file sets nothing, as for helm -f.
+    return {} if data is None else data
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the AmbientMesh, or each refusal's chart, path and reason on stderr (exit 2)."""
+    if not (args.ztunnel or args.istio_cni or args.istiod):
+        print(
+            "ambient-operator import-values: give --ztunnel, --istio-cni or --istiod",
+            file=sys.stderr,
+        )
+        return EXIT_REFUSED
+    try:
+        mesh = import_values(
+            _read(args.ztunnel, "ztunnel"),
+            _read(args.istio_cni, "istio-cni"),
+            _read(args.istiod, "istiod"),
+            args.namespace,
+        )
+    except RefusedValueError as exc:
+        print(f"ambient-operator import-values: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    if args.output == "json":
+        sys.stdout.write(json.dumps(mesh, indent=2, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(yaml.safe_dump(mesh, sort_keys=False, default_flow_style=False))
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    """Register the `import-values` subcommand on the CLI's subparsers."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "import-values",
+        help="print the AmbientMesh that renders what Istio's ztunnel and istio-cni charts "
+        "render with your values files",
+        description="Read the values files of Istio's ztunnel and istio-cni charts (as "
+        "`helm template --set profile=ambient -f FILE` does) and print an AmbientMesh named "
+        "default. A value that cannot be carried over is refused: exit code 2, with its "
+        "dotted path and the reason on stderr, and nothing on stdout. "
+        "docs/coming-from-helm.md has every value and its field.",
+    )
+    parser.add_argument("--ztunnel", type=Path, metavar="FILE", help="values of the ztunnel chart")
+    parser.add_argument(
+        "--istio-cni", type=Path, metavar="FILE", help="values of the istio-cni (cni) chart"
+    )
+    parser.add_argument(
+        "--istiod",
+        type=Path,
+        metavar="FILE",
+        help="values of the istiod chart: only what the agents must agree with is read "
+        "(revision, trust and cluster domain, cluster name, network, namespace, trusted ztunnel)",
+    )
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        default="istio-system",
+        help="the namespace the charts were installed in (helm --namespace), where the "
+        "agents and istiod run (default istio-system)",
+    )
+    parser.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
+    parser.set_defaults(func=run)
