@@ -521,6 +521,7 @@ _MESH_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
 _PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+_DNS_POLICIES = ("ClusterFirst", "ClusterFirstWithHostNet", "Default", "None")
 
 
 def _chart_value_fields_rejected(spec: Mapping[str, Any]) -> bool:
@@ -549,6 +550,9 @@ def _chart_value_fields_rejected(spec: Mapping[str, Any]) -> bool:
         env = _get(spec, component, "env") or {}
         if any(not _ENV_NAME.fullmatch(k) for k in env):
             return True
+    policy = _get(spec, "ztunnel", "dnsPolicy")
+    if policy is not None and policy not in _DNS_POLICIES:
+        return True
     address = _get(spec, "istiod", "caAddress")
     return address is not None and not _ADDRESS.fullmatch(address)
 

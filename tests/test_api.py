@@ -145,6 +145,33 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         _mesh(istioCni={"nativeNftables": "on"}),
         "spec.istioCni.nativeNftables",
     ),
+    ("unknown-dns-policy", _mesh(ztunnel={"dnsPolicy": "Cluster"}), "spec.ztunnel.dnsPolicy"),
+    (
+        "four-nameservers",
+        _mesh(ztunnel={"dnsConfig": {"nameservers": ["1.1.1.1"] * 4}}),
+        "spec.ztunnel.dnsConfig.nameservers",
+    ),
+    (
+        "unknown-seccomp",
+        _mesh(istioCni={"seccompProfile": {"type": "Strict"}}),
+        "spec.istioCni.seccompProfile.type",
+    ),
+    (
+        "conf-file-with-folder",
+        _mesh(istioCni={"cniConfFileName": "../10-x.conflist"}),
+        "spec.istioCni.cniConfFileName",
+    ),
+    ("quota-of-no-pods", _mesh(resourceQuotas={"pods": 0}), "spec.resourceQuotas.pods"),
+    (
+        "relative-cni-dir",
+        _mesh(platforms={"linux": {"cniBinDir": "opt/cni/bin"}}),
+        "spec.platforms.linux.cniBinDir",
+    ),
+    (
+        "init-container-not-a-name",
+        _mesh(istioCni={"repairInitContainerName": "Istio_Validation"}),
+        "spec.istioCni.repairInitContainerName",
+    ),
 ]
 
 # Every field Istio's chart values become, set at once: valid, and kept as written.
@@ -153,7 +180,13 @@ EVERY_VALUE_FIELD = _mesh(
     network="network-west",
     images={"variant": "distroless", "pullPolicy": "Always", "pullSecrets": ["registry-key"]},
     istiod={"caAddress": "ca.example.com:15012", "xdsAddress": "xds.example.com:15012"},
+    resourceQuotas={"enabled": True, "pods": 200},
     ztunnel={
+        "labels": {"team": "mesh"},
+        "annotations": {"example.com/owner": "mesh"},
+        "dnsPolicy": "None",
+        "dnsConfig": {"nameservers": ["10.0.0.10"], "options": [{"name": "ndots", "value": "2"}]},
+        "seLinuxOptions": {"type": "spc_t", "level": "s0"},
         "env": {"CUSTOM_SETTING": "on", "a.b-c_D": "1"},
         "podLabels": {"team": "mesh"},
         "podAnnotations": {"example.com/owner": "mesh"},
@@ -171,6 +204,22 @@ EVERY_VALUE_FIELD = _mesh(
         "nativeNftables": True,
         "terminationGracePeriodSeconds": 45,
         "logAsJson": True,
+        "labels": {"team": "mesh"},
+        "seLinuxOptions": {"level": "s0"},
+        "seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/cni.json"},
+        "istioOwnedCniConfig": True,
+        "istioOwnedCniConfigFileName": "02-istio.conflist",
+        "chained": False,
+        "cniConfFileName": "10-calico.conflist",
+        "repair": False,
+        "repairInitContainerName": "mesh-check",
+    },
+    platforms={
+        "linux": {
+            "cniBinDir": "/usr/libexec/cni",
+            "cniConfDir": "/etc/cni/net.d",
+            "cniNetnsDir": "/run/netns",
+        }
     },
 )
 

@@ -663,6 +663,7 @@ MESH_SPECS = st.fixed_dictionaries(
                 ),
                 "terminationGracePeriodSeconds": st.integers(-5, 5000),
                 "logAsJson": st.one_of(st.booleans(), st.just("yes")),
+                "dnsPolicy": st.sampled_from(["ClusterFirst", "None", "Cluster"]),
                 "podAnnotations": _string_map(["a", "example.com/x"]),
             },
         ),

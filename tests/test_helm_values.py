@@ -236,7 +236,8 @@ def test_each_value_renders_what_upstreams_chart_renders(example: dict[str, Any]
 
 
 def platform_rows(example: dict[str, Any]) -> list[dict[str, str]]:
-    """The platforms table's rows for the example's `platform_rows`, as Linux rows.
+    """The platforms table's rows for the example's `platform_rows` (of its
+    `platform_objects` alone, when it names them), as Linux rows.
 
     That table is what a platform changes beyond the Linux one, held to
     upstream's platform profiles by test_upstream_conformance.
@@ -245,6 +246,7 @@ def platform_rows(example: dict[str, Any]) -> list[dict[str, str]]:
     if name is None:
         return []
     prefix = f"{name}: "
+    only = example.get("platform_objects")
     rows = [
         {
             "object": e.object.removeprefix(prefix),
@@ -254,6 +256,7 @@ def platform_rows(example: dict[str, Any]) -> list[dict[str, str]]:
         }
         for e in generator().load_tables()["platforms"]
         if e.object.startswith(prefix) and e.upstream is not None and e.ours is not None
+        if only is None or e.object.removeprefix(prefix) in only
     ]
     assert rows, f"the platforms table has no rows with values for {name}"
     return rows
@@ -376,7 +379,7 @@ def run(tmp_path: Path, capsys: pytest.CaptureFixture[str], **files: str) -> tup
         ({"ztunnel": "resourceScope: cluster\n"}, "ztunnel: resourceScope: splits a Helm install"),
         (
             {"istio_cni": "repair:\n  deletePods: true\n"},
-            "istio-cni: repair.deletePods: repair mends",
+            "istio-cni: repair.deletePods: repair modes that label or delete pods",
         ),
         (
             {"ztunnel": "hub: a.example/x\n", "istio_cni": "hub: b.example/y\n"},

@@ -27,6 +27,7 @@ WINDOWS_TOLERATION = {"key": "os", "operator": "Equal", "value": "windows", "eff
 MY_TEMPLATES = [
     "_daemonset.yaml.j2",
     "_macros.j2",
+    "_extras.j2",
     "clusterrole-istio-cni.yaml.j2",
     "clusterrolebinding.yaml.j2",
     "configmap-istio-cni.yaml.j2",

@@ -80,9 +80,16 @@ def _to(path: str, convert: Callable[[Any], Any] = lambda x: x) -> Builder:
     """A builder that sets one spec path from the entry's own value."""
 
     def build(values: Mapping[str, Any], spec: dict[str, Any]) -> None:
-        _put(spec, path, convert(values["_self"]))
+        value = convert(values["_self"])
+        # The charts' empty defaults ("", {}) mean unset.
+        if value is not None:
+            _put(spec, path, value)
 
     return build
+
+
+def _given_or_none(value: Any) -> Any:
+    return value or None
 
 
 def _bool(value: Any) -> bool:
@@ -93,11 +100,6 @@ def _str_map(value: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
-_DEFAULT_TOLERATIONS = [
-    {"effect": "NoSchedule", "operator": "Exists"},
-    {"key": "CriticalAddonsOnly", "operator": "Exists"},
-    {"effect": "NoExecute", "operator": "Exists"},
-]
 _ENABLEMENT_SELECTORS = [
     {"podSelector": {"matchLabels": {"istio.io/dataplane-mode": "ambient"}}},
     {
@@ -158,10 +160,13 @@ _HELM_NAMES = "names the objects of a Helm install; the operator's objects have 
 _SCOPE = (
     "splits a Helm install between cluster and namespace administrators; the operator writes both"
 )
-_NETWORK_POLICY = (
-    "the operator renders no NetworkPolicy for the agents (they use the host network or "
-    "each pod's network namespace, which a NetworkPolicy does not select)"
-)
+_NETWORK_POLICY = "the operator renders no NetworkPolicy for the agents yet: not carried"
+_WIN_OBJECTS = "applied to the Windows DaemonSets and ServiceAccount too"
+_WIN_TOLERATIONS = "not applied: Windows agents take spec.platforms.windows.tolerations"
+_QUOTAS = "applied: one quota per agent serves every OS"
+_NO_SELINUX = "not applied: Windows has no SELinux"
+_HOST_DNS = "not applied: Windows HostProcess pods resolve with the host"
+_WIN_OWNED = "not applied: the Windows ConfigMaps chain to the node's own CNI file"
 _PROFILE = "profiles are Helm's way to set values; give the values themselves"
 
 ZTUNNEL: dict[str, Entry] = {
@@ -188,14 +193,17 @@ ZTUNNEL: dict[str, Entry] = {
     "network": Carried("spec.network", _WIN_ENV, _to("network")),
     "global.networkPolicy.enabled": Fixed(_NETWORK_POLICY, accepts=(False,)),
     "resourceName": Fixed(_HELM_NAMES, accepts=("", "ztunnel")),
-    "labels": Fixed("labels of the top-level objects are not carried yet", accepts=({},)),
-    "annotations": Fixed("annotations of the top-level objects are not carried yet", accepts=({},)),
+    "labels": Carried("spec.ztunnel.labels", _WIN_OBJECTS, _to("ztunnel.labels", _str_map), dict),
+    "annotations": Carried(
+        "spec.ztunnel.annotations", _WIN_OBJECTS, _to("ztunnel.annotations", _str_map), dict
+    ),
     "volumeMounts": Fixed("extra volume mounts are not carried yet", accepts=([],)),
     "volumes": Fixed("extra volumes are not carried yet", accepts=([],)),
-    "tolerations": Fixed(
-        "tolerations are per platform here (spec.platforms.linux.tolerations); the chart's "
-        "default is the operator's",
-        accepts=(_DEFAULT_TOLERATIONS,),
+    "tolerations": Carried(
+        "spec.platforms.linux.tolerations",
+        _WIN_TOLERATIONS,
+        _to("platforms.linux.tolerations", list),
+        list,
     ),
     "podAnnotations": Carried(
         "spec.ztunnel.podAnnotations", _WIN_POD, _to("ztunnel.podAnnotations", _str_map), dict
@@ -210,12 +218,11 @@ ZTUNNEL: dict[str, Entry] = {
         "spec.ztunnel.resources", _WIN_POD, _ztunnel_resources, (str, int)
     ),
     "resources.limits": Carried("spec.ztunnel.resources", _WIN_POD, _ztunnel_resources, dict),
-    "resourceQuotas.enabled": Fixed(
-        "the operator renders the agents' ResourceQuotas where the platform needs them (GKE)",
-        accepts=(False,),
+    "resourceQuotas.enabled": Carried(
+        "spec.resourceQuotas.enabled", _QUOTAS, _to("resourceQuotas.enabled", _bool), bool
     ),
-    "resourceQuotas.pods": Fixed(
-        "the operator's quotas allow 5000 pods, the chart's default", accepts=(5000,)
+    "resourceQuotas.pods": Carried(
+        "spec.resourceQuotas.pods", _QUOTAS, _to("resourceQuotas.pods", int), int
     ),
     "peerCaCrl.enabled": Carried(
         "spec.ztunnel.peerCaCrl",
@@ -259,8 +266,11 @@ ZTUNNEL: dict[str, Entry] = {
     ),
     "logLevel": Carried("spec.ztunnel.logLevel", _WIN_ENV, _to("ztunnel.logLevel")),
     "logAsJson": Carried("spec.ztunnel.logAsJson", _WIN_ENV, _to("ztunnel.logAsJson", _bool), bool),
-    "seLinuxOptions": Fixed(
-        "SELinux options follow the platform (spc_t on OpenShift); not carried yet", accepts=({},)
+    "seLinuxOptions": Carried(
+        "spec.ztunnel.seLinuxOptions",
+        _NO_SELINUX,
+        _to("ztunnel.seLinuxOptions", _given_or_none),
+        dict,
     ),
     "resourceScope": Fixed(_SCOPE, accepts=("all",)),
     "updateStrategy.type": Fixed(
@@ -279,8 +289,12 @@ ZTUNNEL: dict[str, Entry] = {
         _rollout("ztunnel", "maxUnavailable"),
         (int, str),
     ),
-    "dnsPolicy": Fixed("the DNS policy of the agents' pods is not carried yet", accepts=("",)),
-    "dnsConfig": Fixed("the DNS config of the agents' pods is not carried yet", accepts=({},)),
+    "dnsPolicy": Carried(
+        "spec.ztunnel.dnsPolicy", _HOST_DNS, _to("ztunnel.dnsPolicy", _given_or_none)
+    ),
+    "dnsConfig": Carried(
+        "spec.ztunnel.dnsConfig", _HOST_DNS, _to("ztunnel.dnsConfig", _given_or_none), dict
+    ),
     # Read by the templates, not in values.yaml.
     "affinity": Fixed(
         "placement is the operator's (per platform and Windows build); use "
@@ -327,15 +341,13 @@ def _cni_resources(values: Mapping[str, Any], spec: dict[str, Any]) -> None:
 
 
 _REPAIR = (
-    "repair mends pods that started before the agent was ready; the operator repairs them in "
-    "place (repairPods), as the chart's default does"
+    "repair modes that label or delete pods would have the operator hold, and grant istio-cni, "
+    "patch or delete on every pod of the cluster; it repairs them in place (repairPods), as "
+    "the chart's default does, which needs neither"
 )
+_LABEL_MODE = "read only by the labelPods repair mode, which the operator does not run"
 _DEFAULT_RESOURCES = (
     "the chart uses it only where resources is empty, which its own default never is; set resources"
-)
-_CNI_PATHS = (
-    "CNI paths follow spec.platform (docs/platforms.md); the chart's defaults are the generic "
-    "platform's"
 )
 _SELECTORS = (
     "the enrollment rule of the istio.io API is fixed: the operator reports enrollment by the "
@@ -367,18 +379,36 @@ ISTIO_CNI: dict[str, Entry] = {
     "logging.level": Carried(
         "spec.istioCni.logLevel", "applied: the same flag on Windows", _to("istioCni.logLevel")
     ),
-    "cniBinDir": Fixed(_CNI_PATHS, accepts=("/opt/cni/bin",)),
-    "cniConfDir": Fixed(_CNI_PATHS, accepts=("/etc/cni/net.d",)),
-    "cniConfFileName": Fixed(
-        "the plugin's file name follows the platform (Multus on OpenShift); not carried yet",
-        accepts=("",),
+    "cniBinDir": Carried(
+        "spec.platforms.linux.cniBinDir",
+        "not applied: Windows agents take spec.platforms.windows' directories",
+        _to("platforms.linux.cniBinDir", _given_or_none),
     ),
-    "cniNetnsDir": Fixed(_CNI_PATHS, accepts=("/var/run/netns",)),
-    "istioOwnedCNIConfigFileName": Fixed(
-        "only with istioOwnedCNIConfig, which is not carried yet", accepts=("",)
+    "cniConfDir": Carried(
+        "spec.platforms.linux.cniConfDir",
+        "not applied: Windows agents take spec.platforms.windows' directories",
+        _to("platforms.linux.cniConfDir", _given_or_none),
     ),
-    "istioOwnedCNIConfig": Fixed(
-        "an Istio-owned CNI configuration file is not carried yet", accepts=(False,)
+    "cniConfFileName": Carried(
+        "spec.istioCni.cniConfFileName",
+        "applied: CNI_CONF_NAME in the Windows ConfigMaps too",
+        _to("istioCni.cniConfFileName", _given_or_none),
+    ),
+    "cniNetnsDir": Carried(
+        "spec.platforms.linux.cniNetnsDir",
+        "not applied: Windows agents take spec.platforms.windows' directories",
+        _to("platforms.linux.cniNetnsDir", _given_or_none),
+    ),
+    "istioOwnedCNIConfigFileName": Carried(
+        "spec.istioCni.istioOwnedCniConfigFileName",
+        _WIN_OWNED,
+        _to("istioCni.istioOwnedCniConfigFileName", _given_or_none),
+    ),
+    "istioOwnedCNIConfig": Carried(
+        "spec.istioCni.istioOwnedCniConfig",
+        _WIN_OWNED,
+        _to("istioCni.istioOwnedCniConfig", _bool),
+        bool,
     ),
     "excludeNamespaces": Carried(
         "spec.istioCni.excludeNamespaces", _WIN_CNI, _to("istioCni.excludeNamespaces", list), list
@@ -388,16 +418,23 @@ ISTIO_CNI: dict[str, Entry] = {
         "spec.platforms.linux.nodeSelector",
         accepts=({},),
     ),
-    "daemonSetLabels": Fixed("labels of the DaemonSet itself are not carried yet", accepts=({},)),
+    "daemonSetLabels": Carried(
+        "spec.istioCni.labels",
+        "applied to the Windows DaemonSets too",
+        _to("istioCni.labels", _str_map),
+        dict,
+    ),
     "podAnnotations": Carried(
         "spec.istioCni.podAnnotations", _WIN_POD, _to("istioCni.podAnnotations", _str_map), dict
     ),
     "podLabels": Carried(
         "spec.istioCni.podLabels", _WIN_POD, _to("istioCni.podLabels", _str_map), dict
     ),
-    "chained": Fixed(
-        "chaining follows the platform (a plugin of its own under Multus on OpenShift)",
-        accepts=(True,),
+    "chained": Carried(
+        "spec.istioCni.chained",
+        "not applied: Windows always chains",
+        _to("istioCni.chained", _bool),
+        bool,
     ),
     "provider": Fixed("Multus follows spec.platform: openshift", accepts=("default",)),
     "ambient.enabled": Fixed("the operator runs istio-cni for ambient only", accepts=(True,)),
@@ -430,18 +467,35 @@ ISTIO_CNI: dict[str, Entry] = {
         _to("istioCni.enableAmbientDetectionRetry", _bool),
         bool,
     ),
-    "repair.enabled": Fixed(_REPAIR, accepts=(True,)),
+    "repair.enabled": Carried(
+        "spec.istioCni.repair",
+        "not applied: the Windows experiment implements no repair",
+        _to("istioCni.repair", _bool),
+        bool,
+    ),
     "repair.hub": Fixed("repair runs inside istio-cni; no image of its own", any_value=True),
     "repair.tag": Fixed("repair runs inside istio-cni; no image of its own", any_value=True),
     "repair.labelPods": Fixed(_REPAIR, accepts=(False,)),
     "repair.deletePods": Fixed(_REPAIR, accepts=(False,)),
     "repair.repairPods": Fixed(_REPAIR, accepts=(True,)),
-    "repair.initContainerName": Fixed(_REPAIR, accepts=("istio-validation",)),
-    "repair.brokenPodLabelKey": Fixed(_REPAIR, accepts=("cni.istio.io/uninitialized",)),
-    "repair.brokenPodLabelValue": Fixed(_REPAIR, accepts=("true",)),
-    "seccompProfile": Fixed("a seccomp profile for istio-cni is not carried yet", accepts=({},)),
-    "seLinuxOptions": Fixed(
-        "SELinux options follow the platform (spc_t on OpenShift); not carried yet", accepts=({},)
+    "repair.initContainerName": Carried(
+        "spec.istioCni.repairInitContainerName",
+        "not applied: the Windows experiment implements no repair",
+        _to("istioCni.repairInitContainerName"),
+    ),
+    "repair.brokenPodLabelKey": Fixed(_LABEL_MODE, accepts=("cni.istio.io/uninitialized",)),
+    "repair.brokenPodLabelValue": Fixed(_LABEL_MODE, accepts=("true",)),
+    "seccompProfile": Carried(
+        "spec.istioCni.seccompProfile",
+        "not applied: Windows has no seccomp",
+        _to("istioCni.seccompProfile", _given_or_none),
+        dict,
+    ),
+    "seLinuxOptions": Carried(
+        "spec.istioCni.seLinuxOptions",
+        _NO_SELINUX,
+        _to("istioCni.seLinuxOptions", _given_or_none),
+        dict,
     ),
     "useAppArmorAnnotation": Fixed(
         "the operator sets the AppArmor profile in the securityContext (Kubernetes 1.30+), "
@@ -454,17 +508,17 @@ ISTIO_CNI: dict[str, Entry] = {
     "resources.requests.memory": Carried(
         "spec.istioCni.resources", _WIN_POD, _cni_resources, (str, int)
     ),
-    "resourceQuotas.enabled": Fixed(
-        "the operator renders the agents' ResourceQuotas where the platform needs them (GKE)",
-        accepts=(False,),
+    "resourceQuotas.enabled": Carried(
+        "spec.resourceQuotas.enabled", _QUOTAS, _to("resourceQuotas.enabled", _bool), bool
     ),
-    "resourceQuotas.pods": Fixed(
-        "the operator's quotas allow 5000 pods, the chart's default", accepts=(5000,)
+    "resourceQuotas.pods": Carried(
+        "spec.resourceQuotas.pods", _QUOTAS, _to("resourceQuotas.pods", int), int
     ),
-    "tolerations": Fixed(
-        "tolerations are per platform here (spec.platforms.linux.tolerations); the chart's "
-        "default is the operator's",
-        accepts=(_DEFAULT_TOLERATIONS,),
+    "tolerations": Carried(
+        "spec.platforms.linux.tolerations",
+        _WIN_TOLERATIONS,
+        _to("platforms.linux.tolerations", list),
+        list,
     ),
     "updateStrategy.type": Fixed(
         "the agents always roll (RollingUpdate)", accepts=("RollingUpdate",)

@@ -56,6 +56,9 @@ AnnotationMap = Annotated[
 PullSecrets = Annotated[
     list[Annotated[str, Field(max_length=253, pattern=_SUBDOMAIN)]], Field(max_length=16)
 ]
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# A file name: no folder, nothing hidden.
+_FILE_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 NamespaceName = Annotated[str, Field(max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
 
 
@@ -78,6 +81,53 @@ class Resources(ApiModel):
 
     requests: QuantityMap | None = None
     limits: QuantityMap | None = None
+
+
+_SHORT = Annotated[str, Field(max_length=253)]
+
+
+class SELinuxOptions(ApiModel):
+    """seLinuxOptions of a container, as in core/v1."""
+
+    user: _SHORT | None = None
+    role: _SHORT | None = None
+    type: _SHORT | None = None
+    level: _SHORT | None = None
+
+
+class SeccompProfile(ApiModel):
+    """seccompProfile of a container, as in core/v1."""
+
+    type: Literal["RuntimeDefault", "Localhost", "Unconfined"]
+    localhost_profile: _SHORT | None = None
+
+
+class DnsOption(ApiModel):
+    """One resolver option, as in core/v1."""
+
+    name: _SHORT
+    value: _SHORT | None = None
+
+
+class DnsConfig(ApiModel):
+    """dnsConfig of a pod, as in core/v1 (the API server's limits)."""
+
+    nameservers: Annotated[list[_SHORT], Field(max_length=3)] | None = None
+    searches: Annotated[list[_SHORT], Field(max_length=32)] | None = None
+    options: Annotated[list[DnsOption], Field(max_length=16)] | None = None
+
+
+class ResourceQuotas(ApiModel):
+    """The agents' ResourceQuotas for their priority class (the charts' resourceQuotas)."""
+
+    enabled: Flag | None = Field(
+        default=None,
+        description="Render them. Unset: where the platform admits system-node-critical pods "
+        "only in namespaces with such a quota (GKE).",
+    )
+    pods: Annotated[int, Field(ge=1, le=1000000)] | None = Field(
+        default=None, description="Pods each quota admits. Unset: 5k, as the charts' 5000."
+    )
 
 
 def _rollout_rules(default_unavailable: int, default_surge: int) -> list[dict[str, str]]:
@@ -237,10 +287,28 @@ class Istiod(ApiModel):
         return f"istiod-{self.revision}" if self.revision else "istiod"
 
 
+_HOST_PATH = Annotated[str, Field(max_length=255, pattern=r"^/[^\s]*$")]
+
+
 class LinuxPlatform(ApiModel):
     """Linux nodes."""
 
     enabled: Flag = True
+    cni_bin_dir: _HOST_PATH | None = Field(
+        default=None,
+        description="CNI binary directory on Linux nodes. Unset: the platform's "
+        "(docs/platforms.md), /opt/cni/bin when no platform is known.",
+    )
+    cni_conf_dir: _HOST_PATH | None = Field(
+        default=None,
+        description="CNI configuration directory on Linux nodes. Unset: the platform's, "
+        "/etc/cni/net.d when no platform is known.",
+    )
+    cni_netns_dir: _HOST_PATH | None = Field(
+        default=None,
+        description="Where the container runtime keeps network namespaces on Linux nodes. "
+        "Unset: the platform's, /var/run/netns when no platform is known.",
+    )
     node_selector: LabelMap | None = Field(
         default=None,
         description="Extra node labels the agents require; other nodes are reported as "
@@ -302,17 +370,9 @@ class Platforms(ApiModel):
     windows: WindowsPlatform = WindowsPlatform()
 
 
-class Ztunnel(ApiModel):
-    """ztunnel settings."""
+class Agent(ApiModel):
+    """What both agents take alike."""
 
-    rollout: ZtunnelRollout = Field(
-        default=ZtunnelRollout(),
-        description="ztunnel surges a new pod before the old one leaves, so traffic never "
-        "stops. On Windows it uses the host network, where an old and a new pod cannot share "
-        "a node, so there maxSurge is spent as maxUnavailable.",
-    )
-    resources: Resources = Resources(requests={"cpu": "200m", "memory": "512Mi"})
-    termination_grace_period_seconds: Annotated[int, Field(ge=1, le=3600)] = 30
     log_level: LogLevel | None = Field(
         default=None, description="This agent's log level. Unset: spec.logLevel."
     )
@@ -329,8 +389,46 @@ class Ztunnel(ApiModel):
     )
     env: EnvMap | None = Field(
         default=None,
-        description="Extra environment variables of this agent's container on every OS. A name the "
-        "operator sets itself is refused in status (RenderWarning) and left out.",
+        description="Extra environment variables of this agent's container on every OS. A "
+        "name the operator sets itself is refused in status (RenderWarning) and left out.",
+    )
+
+
+class Ztunnel(Agent):
+    """ztunnel settings."""
+
+    rollout: ZtunnelRollout = Field(
+        default=ZtunnelRollout(),
+        description="ztunnel surges a new pod before the old one leaves, so traffic never "
+        "stops. On Windows it uses the host network, where an old and a new pod cannot share "
+        "a node, so there maxSurge is spent as maxUnavailable.",
+    )
+    resources: Resources = Resources(requests={"cpu": "200m", "memory": "512Mi"})
+    termination_grace_period_seconds: Annotated[int, Field(ge=1, le=3600)] = 30
+    labels: LabelMap | None = Field(
+        default=None,
+        description="Extra labels of ztunnel's DaemonSets and ServiceAccounts on every OS "
+        "(the chart's labels). The operator's own labels win over these.",
+    )
+    annotations: AnnotationMap | None = Field(
+        default=None,
+        description="Extra annotations of ztunnel's DaemonSets and ServiceAccounts on every OS "
+        "(the chart's annotations).",
+    )
+    dns_policy: Literal["ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"] | None = (
+        Field(
+            default=None,
+            description="DNS policy of ztunnel's pods, on Linux (Windows agents use the host's "
+            "resolver).",
+        )
+    )
+    dns_config: DnsConfig | None = Field(
+        default=None, description="DNS config of ztunnel's pods, on Linux."
+    )
+    se_linux_options: SELinuxOptions | None = Field(
+        default=None,
+        description="SELinux options of ztunnel's container, on Linux. Unset: the platform's "
+        "(spc_t on OpenShift).",
     )
     peer_ca_crl: Flag = Field(
         default=False,
@@ -340,7 +438,7 @@ class Ztunnel(ApiModel):
     )
 
 
-class IstioCni(ApiModel):
+class IstioCni(Agent):
     """istio-cni settings."""
 
     rollout: CniRollout = Field(
@@ -354,25 +452,54 @@ class IstioCni(ApiModel):
         description="Time for the agent to clean up its CNI configuration before a rollout "
         "replaces it, on Linux (Windows keeps 5 s; see docs/upstream-differences.md).",
     )
-    log_level: LogLevel | None = Field(
-        default=None, description="This agent's log level. Unset: spec.logLevel."
-    )
-    log_as_json: Flag = Field(default=False, description="Write this agent's logs as JSON.")
-    pod_labels: LabelMap | None = Field(
-        default=None,
-        description="Extra labels of this agent's pods on every OS. The operator's own "
-        "labels win over these.",
-    )
-    pod_annotations: AnnotationMap | None = Field(
-        default=None,
-        description="Extra annotations of this agent's pods on every OS (they are added to "
-        "the Prometheus ones; a key given here wins).",
-    )
     env: EnvMap | None = Field(
         default=None,
         description="Extra environment variables of this agent's container on every OS, "
         "and keys of its ConfigMap, as the chart renders them. A name the "
         "operator sets itself is refused in status (RenderWarning) and left out.",
+    )
+    labels: LabelMap | None = Field(
+        default=None,
+        description="Extra labels of this agent's DaemonSets on every OS (the chart's "
+        "daemonSetLabels). The operator's own labels win over these.",
+    )
+    se_linux_options: SELinuxOptions | None = Field(
+        default=None,
+        description="SELinux options of the agent's container, on Linux; type spc_t unless "
+        "given, as the chart merges them.",
+    )
+    seccomp_profile: SeccompProfile | None = Field(
+        default=None, description="Seccomp profile of the agent's container, on Linux."
+    )
+    repair: Flag = Field(
+        default=True,
+        description="Mend, in place, the redirection of pods that started before the agent "
+        "was ready, on Linux (Windows repair is not implemented by the experiment).",
+    )
+    repair_init_container_name: Annotated[str, Field(max_length=63, pattern=_DNS_LABEL)] = Field(
+        default="istio-validation",
+        description="The init container whose failure marks a pod as started without redirection.",
+    )
+    istio_owned_cni_config: Flag = Field(
+        default=False,
+        description="Write the CNI configuration to a file of istio-cni's own instead of "
+        "inserting the plugin into the primary CNI's file, on Linux.",
+    )
+    istio_owned_cni_config_file_name: Annotated[str, Field(max_length=253)] | None = Field(
+        default=None,
+        description="That file's name (istio-cni's default: 02-istio-cni.conflist).",
+    )
+    chained: Flag | None = Field(
+        default=None,
+        description="Chain the plugin into the primary CNI's configuration (true) or write "
+        "it as a file of its own (false), on Linux. Unset: the platform's (a file of its own "
+        "under Multus on OpenShift); Windows always chains.",
+    )
+    cni_conf_file_name: Annotated[str, Field(max_length=253, pattern=_FILE_NAME)] | None = Field(
+        default=None,
+        description="The CNI configuration file istio-cni inserts its plugin into, on "
+        "every OS. Unset: the platform's, else the first file in the configuration "
+        "directory.",
     )
     exclude_namespaces: Annotated[list[NamespaceName], Field(max_length=64)] = Field(
         default=["kube-system"],
@@ -599,6 +726,7 @@ class AmbientMeshSpec(ApiModel):
     )
     log_level: LogLevel = "info"
     multi_cluster: MultiCluster = MultiCluster()
+    resource_quotas: ResourceQuotas = ResourceQuotas()
     network: Annotated[str, Field(max_length=253, pattern=_MESH_NAME)] | None = Field(
         default=None,
         description="The network this cluster's agents are on (ztunnel's NETWORK, the charts' "

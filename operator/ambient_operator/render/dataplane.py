@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -61,7 +62,9 @@ LINUX_CNI_SETTINGS = {
     # Repair re-applies redirection inside a pod that started before the
     # agent was ready, instead of labelling or deleting it.
     "REPAIR_REPAIR_PODS": "true",
-    "REPAIR_INIT_CONTAINER_NAME": "istio-validation",
+}
+# Read only by repair modes that label pods, which the operator does not run.
+BROKEN_POD_LABEL = {
     "REPAIR_BROKEN_POD_LABEL_KEY": "cni.istio.io/uninitialized",
     "REPAIR_BROKEN_POD_LABEL_VALUE": "true",
 }
@@ -93,8 +96,51 @@ def _agent(spec: AmbientMeshSpec, component: Component) -> Ztunnel | IstioCni:
     return spec.ztunnel if component == v.ZTUNNEL else spec.istio_cni
 
 
+def _dns(spec: AmbientMeshSpec, component: Component, plat: _Platform) -> dict[str, Any]:
+    """ztunnel's DNS policy and config on Linux; HostProcess pods resolve with the host."""
+    if component != v.ZTUNNEL or plat.windows:
+        return {"dns_policy": None, "dns_config": None}
+    config = spec.ztunnel.dns_config
+    return {
+        "dns_policy": spec.ztunnel.dns_policy,
+        "dns_config": config.model_dump(by_alias=True, exclude_none=True) if config else None,
+    }
+
+
 def _bool(value: bool) -> str:
     return "true" if value else "false"
+
+
+def _object_labels(spec: AmbientMeshSpec, component: Component, platform: str) -> dict[str, str]:
+    """Labels of an agent's DaemonSets (and ztunnel's ServiceAccounts): the user's, then ours."""
+    return {**(_agent(spec, component).labels or {}), **v.labels(component, platform)}
+
+
+def _object_annotations(spec: AmbientMeshSpec, component: Component) -> dict[str, str]:
+    """Annotations of ztunnel's DaemonSets and ServiceAccounts, as the chart has them."""
+    if component != v.ZTUNNEL:
+        return {}
+    return {**(spec.ztunnel.annotations or {}), **_revision(spec, component)}
+
+
+def _security_extras(
+    spec: AmbientMeshSpec, component: Component, plat: _Platform
+) -> dict[str, Any]:
+    """SELinux and seccomp of a Linux agent's container: the platform's, then the user's."""
+    if plat.windows:
+        return {"se_linux": None, "seccomp": None}
+    given = _agent(spec, component).se_linux_options
+    user = given.model_dump(by_alias=True, exclude_none=True) if given else {}
+    selinux = plat.profile.selinux_type
+    # istio-cni's chart merges spc_t under any options given, ztunnel's does not.
+    if user and component == v.ISTIO_CNI:
+        selinux = selinux or "spc_t"
+    se_linux = {**({"type": selinux} if selinux else {}), **user}
+    seccomp = spec.istio_cni.seccomp_profile if component == v.ISTIO_CNI else None
+    return {
+        "se_linux": se_linux or None,
+        "seccomp": seccomp.model_dump(by_alias=True, exclude_none=True) if seccomp else None,
+    }
 
 
 def _revision(spec: AmbientMeshSpec, component: Component) -> dict[str, str]:
@@ -182,8 +228,8 @@ def _daemonset_values(
     return {
         "name": v.daemonset_name(component, plat.name),
         "namespace": spec.namespace,
-        "labels": v.labels(component, plat.name),
-        "annotations": _revision(spec, component),
+        "labels": _object_labels(spec, component, plat.name),
+        "annotations": _object_annotations(spec, component),
         "selector": v.selector(component, plat.name),
         "max_unavailable": unavailable,
         "max_surge": surge,
@@ -203,6 +249,8 @@ def _daemonset_values(
         "profile": plat.profile,
         "root_cert": v.ISTIO_CA_ROOT_CERT,
         "log_as_json": _agent(spec, component).log_as_json,
+        **_dns(spec, component, plat),
+        **_security_extras(spec, component, plat),
         **v.component_args(spec),
     }
 
@@ -371,19 +419,30 @@ def _cni_platform_settings(spec: AmbientMeshSpec, plat: _Platform) -> dict[str, 
             # mounted. The agent reads these names, not CNI_NET_DIR/CNI_BIN_DIR.
             "MOUNTED_CNI_NET_DIR": win.cni_conf_dir or plat.profile.windows_cni_conf_dir,
             "MOUNTED_CNI_BIN_DIR": win.cni_bin_dir or plat.profile.windows_cni_bin_dir,
+            # Only when asked for: the agent otherwise takes the first file it finds.
+            **({"CNI_CONF_NAME": cni.cni_conf_file_name} if cni.cni_conf_file_name else {}),
         }
     # The CNI directories are mounted where install-cni looks by default;
     # unchained (Multus), the plugin's own file needs its name.
-    name = plat.profile.cni_conf_name
+    name = cni.cni_conf_file_name or plat.profile.cni_conf_name
+    # The chart writes the file name only with an Istio-owned file, and then even empty.
+    owned = (
+        {"ISTIO_OWNED_CNI_CONF_FILENAME": cni.istio_owned_cni_config_file_name or ""}
+        if cni.istio_owned_cni_config
+        else {}
+    )
     return {
         "AMBIENT_ENABLEMENT_SELECTOR": _enablement_selector(),
         # install-cni reads an absent key as false, unlike the chart's default.
         **({"CNI_CONF_NAME": name} if name else {}),
         "AMBIENT_RECONCILE_POD_RULES_ON_STARTUP": _bool(cni.reconcile_iptables_on_startup),
         "ENABLE_AMBIENT_DETECTION_RETRY": _bool(cni.enable_ambient_detection_retry),
-        "ISTIO_OWNED_CNI_CONFIG": "false",
+        "ISTIO_OWNED_CNI_CONFIG": _bool(cni.istio_owned_cni_config),
+        **owned,
         "NATIVE_NFTABLES": _bool(cni.native_nftables),
         **LINUX_CNI_SETTINGS,
+        "REPAIR_INIT_CONTAINER_NAME": cni.repair_init_container_name,
+        **BROKEN_POD_LABEL,
     }
 
 
@@ -404,15 +463,21 @@ def _cni_config(spec: AmbientMeshSpec, plat: _Platform) -> dict[str, Any]:
         ipv6="false" if plat.windows else _bool(cni.ipv6),
         # Repair mends sidecar pods, which Windows has none of; the
         # experiment's Windows repair is not implemented.
-        repair="false" if plat.windows else "true",
+        repair="false" if plat.windows else _bool(cni.repair),
         exclude_namespaces=",".join(cni.exclude_namespaces),
         zds_address=c.ZDS_PIPE if plat.windows else c.ZTUNNEL_UDS,
         # Multus runs istio-cni as a plugin of its own on OpenShift's Linux
         # nodes; Windows nodes chain it to their CNI whatever the platform.
-        chained="true" if plat.windows or plat.profile.chained else "false",
+        chained=_bool(plat.windows or _chained(spec, plat.profile)),
         settings=settings,
         extra={k: val for k, val in sorted((cni.env or {}).items()) if k not in settings},
     )
+
+
+def _chained(spec: AmbientMeshSpec, prof: PlatformProfile) -> bool:
+    """Whether Linux istio-cni chains its plugin: the spec's word, else the platform's."""
+    chained = spec.istio_cni.chained
+    return prof.chained if chained is None else chained
 
 
 def _resource_quotas(spec: AmbientMeshSpec) -> list[dict[str, Any]]:
@@ -431,8 +496,10 @@ def _resource_quotas(spec: AmbientMeshSpec) -> list[dict[str, Any]]:
             "resourcequota.yaml.j2",
             name=name,
             namespace=spec.namespace,
-            labels=v.labels(component, PLATFORM_ALL),
-            pods=RESOURCE_QUOTA_PODS,
+            labels=_object_labels(spec, component, PLATFORM_ALL)
+            if component == v.ZTUNNEL
+            else v.labels(component, PLATFORM_ALL),
+            pods=str(spec.resource_quotas.pods or RESOURCE_QUOTA_PODS),
             priority_class=spec.priority_class_name,
         )
         for component, name in names
@@ -461,8 +528,11 @@ def _service_account(spec: AmbientMeshSpec, name: str, component: Component) -> 
         "serviceaccount.yaml.j2",
         name=name,
         namespace=spec.namespace,
-        labels=v.labels(component, PLATFORM_ALL),
-        annotations=_revision(spec, component),
+        # The chart labels and annotates ztunnel's ServiceAccount; istio-cni's serves both OSes.
+        labels=_object_labels(spec, component, PLATFORM_ALL)
+        if component == v.ZTUNNEL
+        else v.labels(component, PLATFORM_ALL),
+        annotations=_object_annotations(spec, component),
         automount=component == v.ISTIO_CNI,
         # Kubelet pulls a pod's images with its ServiceAccount's secrets, as the charts set them.
         pull_secrets=[{"name": n} for n in spec.images.pull_secrets or []],
@@ -478,6 +548,7 @@ def _rbac(
         name=v.CLUSTER_ROLE_ISTIO_CNI,
         labels=labels,
         daemonsets=sorted(cni_daemonsets),
+        repair=spec.istio_cni.repair,
         privileged_scc=profile(facts.platform).privileged_scc,
     )
     binding = render_object(
@@ -501,7 +572,15 @@ def _platforms(
     prof: PlatformProfile,
 ) -> list[_Platform]:
     out: list[_Platform] = []
-    if spec.platforms.linux.enabled:
+    linux_spec = spec.platforms.linux
+    if linux_spec.enabled:
+        # The spec's directories win over the platform's.
+        prof = dataclasses.replace(
+            prof,
+            cni_bin_dir=linux_spec.cni_bin_dir or prof.cni_bin_dir,
+            cni_conf_dir=linux_spec.cni_conf_dir or prof.cni_conf_dir,
+            cni_netns_dir=linux_spec.cni_netns_dir or prof.cni_netns_dir,
+        )
         # Linux agents are rendered even with no Linux node yet: control
         # planes are Linux, and the DaemonSet costs nothing until one joins.
         where = pl.placement(pl.linux_requirements(spec), linux)
@@ -580,7 +659,8 @@ def render_dataplane(
         objects.extend(_rbac(spec, facts, cni_names))
         if prof.privileged_scc:
             objects.extend(_scc_rbac(spec, facts, [n for n, comp in accounts if comp == v.ZTUNNEL]))
-    if platforms and prof.resource_quotas:
+    quotas = spec.resource_quotas.enabled
+    if platforms and (prof.resource_quotas if quotas is None else quotas):
         # Before the DaemonSets: their pods are refused until the quotas exist.
         objects.extend(_resource_quotas(spec))
     objects.extend(_cni_config(spec, plat) for plat in platforms)
