@@ -172,6 +172,31 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         _mesh(istioCni={"repairInitContainerName": "Istio_Validation"}),
         "spec.istioCni.repairInitContainerName",
     ),
+    (
+        "volume-of-two-kinds",
+        _mesh(ztunnel={"volumes": [{"name": "x", "emptyDir": {}, "secret": {"secretName": "s"}}]}),
+        "spec.ztunnel.volumes[0]",
+    ),
+    (
+        "volume-named-as-ztunnels-own",
+        _mesh(ztunnel={"volumes": [{"name": "tmp", "emptyDir": {}}]}),
+        "spec.ztunnel",
+    ),
+    (
+        "mount-of-no-volume",
+        _mesh(ztunnel={"volumeMounts": [{"name": "nope", "mountPath": "/x"}]}),
+        "spec.ztunnel",
+    ),
+    (
+        "mount-over-ztunnels-own",
+        _mesh(
+            ztunnel={
+                "volumes": [{"name": "x", "emptyDir": {}}],
+                "volumeMounts": [{"name": "x", "mountPath": "/var/run/ztunnel"}],
+            }
+        ),
+        "spec.ztunnel",
+    ),
 ]
 
 # Every field Istio's chart values become, set at once: valid, and kept as written.
@@ -187,6 +212,8 @@ EVERY_VALUE_FIELD = _mesh(
         "dnsPolicy": "None",
         "dnsConfig": {"nameservers": ["10.0.0.10"], "options": [{"name": "ndots", "value": "2"}]},
         "seLinuxOptions": {"type": "spc_t", "level": "s0"},
+        "volumes": [{"name": "extra-ca", "configMap": {"name": "corporate-ca", "optional": True}}],
+        "volumeMounts": [{"name": "extra-ca", "mountPath": "/etc/extra-ca", "readOnly": True}],
         "env": {"CUSTOM_SETTING": "on", "a.b-c_D": "1"},
         "podLabels": {"team": "mesh"},
         "podAnnotations": {"example.com/owner": "mesh"},

@@ -165,6 +165,7 @@ _WIN_OBJECTS = "applied to the Windows DaemonSets and ServiceAccount too"
 _WIN_TOLERATIONS = "not applied: Windows agents take spec.platforms.windows.tolerations"
 _QUOTAS = "applied: one quota per agent serves every OS"
 _NO_SELINUX = "not applied: Windows has no SELinux"
+_HOST_FILES = "not applied: Windows HostProcess pods see the host's file system"
 _HOST_DNS = "not applied: Windows HostProcess pods resolve with the host"
 _WIN_OWNED = "not applied: the Windows ConfigMaps chain to the node's own CNI file"
 _PROFILE = "profiles are Helm's way to set values; give the values themselves"
@@ -197,8 +198,12 @@ ZTUNNEL: dict[str, Entry] = {
     "annotations": Carried(
         "spec.ztunnel.annotations", _WIN_OBJECTS, _to("ztunnel.annotations", _str_map), dict
     ),
-    "volumeMounts": Fixed("extra volume mounts are not carried yet", accepts=([],)),
-    "volumes": Fixed("extra volumes are not carried yet", accepts=([],)),
+    "volumeMounts": Carried(
+        "spec.ztunnel.volumeMounts", _HOST_FILES, _to("ztunnel.volumeMounts", _given_or_none), list
+    ),
+    "volumes": Carried(
+        "spec.ztunnel.volumes", _HOST_FILES, _to("ztunnel.volumes", _given_or_none), list
+    ),
     "tolerations": Carried(
         "spec.platforms.linux.tolerations",
         _WIN_TOLERATIONS,

@@ -117,6 +117,126 @@ class DnsConfig(ApiModel):
     options: Annotated[list[DnsOption], Field(max_length=16)] | None = None
 
 
+class KeyToPath(ApiModel):
+    """One key of a ConfigMap or Secret volume, as in core/v1."""
+
+    key: _SHORT
+    path: Annotated[str, Field(max_length=253, pattern=r"^[^/].*$")]
+
+
+class ConfigMapVolume(ApiModel):
+    """A ConfigMap volume, as in core/v1."""
+
+    name: Annotated[str, Field(max_length=253, pattern=_SUBDOMAIN)]
+    items: Annotated[list[KeyToPath], Field(max_length=32)] | None = None
+    optional: Flag | None = None
+
+
+class SecretVolume(ApiModel):
+    """A Secret volume, as in core/v1."""
+
+    secret_name: Annotated[str, Field(max_length=253, pattern=_SUBDOMAIN)]
+    items: Annotated[list[KeyToPath], Field(max_length=32)] | None = None
+    optional: Flag | None = None
+
+
+class HostPathVolume(ApiModel):
+    """A hostPath volume, as in core/v1."""
+
+    path: Annotated[str, Field(max_length=255, pattern=r"^/[^\s]*$")]
+    type: (
+        Literal[
+            "DirectoryOrCreate",
+            "Directory",
+            "FileOrCreate",
+            "File",
+            "Socket",
+            "CharDevice",
+            "BlockDevice",
+        ]
+        | None
+    ) = None
+
+
+class EmptyDirVolume(ApiModel):
+    """An emptyDir volume, as in core/v1."""
+
+    medium: Literal["", "Memory"] | None = None
+    size_limit: Quantity | None = None
+
+
+_VOLUME_SOURCES = ("configMap", "secret", "hostPath", "emptyDir")
+
+
+class Volume(ApiModel):
+    """An extra volume of an agent's pods: one of the kinds the charts' users mount."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "["
+                    + ", ".join(f"has(self.{k})" for k in _VOLUME_SOURCES)
+                    + "].filter(x, x).size() == 1",
+                    "message": "exactly one of configMap, secret, hostPath, emptyDir",
+                }
+            ]
+        }
+    )
+
+    name: Annotated[str, Field(max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+    config_map: ConfigMapVolume | None = None
+    secret: SecretVolume | None = None
+    host_path: HostPathVolume | None = None
+    empty_dir: EmptyDirVolume | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Volume:
+        given = [self.config_map, self.secret, self.host_path, self.empty_dir]
+        if sum(source is not None for source in given) != 1:
+            raise ValueError("exactly one of configMap, secret, hostPath, emptyDir")
+        return self
+
+
+class VolumeMount(ApiModel):
+    """A mount of an extra volume into the agent's container, as in core/v1."""
+
+    name: Annotated[str, Field(max_length=63)]
+    mount_path: Annotated[str, Field(max_length=255, pattern=r"^/[^\s]*$")]
+    read_only: Flag | None = None
+    sub_path: Annotated[str, Field(max_length=253, pattern=r"^[^/].*$")] | None = None
+    mount_propagation: Literal["None", "HostToContainer", "Bidirectional"] | None = None
+
+
+# ztunnel's own volumes and where it mounts them: a user's may take neither.
+ZTUNNEL_VOLUMES = ["istio-token", "istiod-ca-cert", "cni-ztunnel-sock-dir", "tmp", "crl-volume"]
+ZTUNNEL_MOUNT_PATHS = [
+    "/var/run/secrets/tokens",
+    "/var/run/secrets/istio",
+    "/var/run/ztunnel",
+    "/tmp",
+    "/var/run/secrets/istio/crl",
+]
+
+
+def _ztunnel_volume_rules() -> list[dict[str, str]]:
+    ours = ", ".join(f"'{n}'" for n in ZTUNNEL_VOLUMES)
+    paths = ", ".join(f"'{p}'" for p in ZTUNNEL_MOUNT_PATHS)
+    return [
+        {
+            "rule": f"!has(self.volumes) || self.volumes.all(v, !(v.name in [{ours}]))",
+            "message": f"volume names must not be ztunnel's own ({ours})",
+        },
+        {
+            "rule": "!has(self.volumeMounts) || self.volumeMounts.all(m, "
+            f"(has(self.volumes) && self.volumes.exists(v, v.name == m.name)) && "
+            f"!(m.mountPath in [{paths}]))",
+            "message": "each volumeMount must name one of volumes, at a path ztunnel does not "
+            "mount itself",
+        },
+    ]
+
+
 class ResourceQuotas(ApiModel):
     """The agents' ResourceQuotas for their priority class (the charts' resourceQuotas)."""
 
@@ -397,6 +517,10 @@ class Agent(ApiModel):
 class Ztunnel(Agent):
     """ztunnel settings."""
 
+    model_config = ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": cast(JsonValue, _ztunnel_volume_rules())}
+    )
+
     rollout: ZtunnelRollout = Field(
         default=ZtunnelRollout(),
         description="ztunnel surges a new pod before the old one leaves, so traffic never "
@@ -430,12 +554,35 @@ class Ztunnel(Agent):
         description="SELinux options of ztunnel's container, on Linux. Unset: the platform's "
         "(spc_t on OpenShift).",
     )
+    volumes: Annotated[list[Volume], Field(max_length=16)] | None = Field(
+        default=None,
+        description="Extra volumes of ztunnel's pods on Linux (the chart's volumes): "
+        "configMap, secret, hostPath or emptyDir.",
+    )
+    volume_mounts: Annotated[list[VolumeMount], Field(max_length=16)] | None = Field(
+        default=None,
+        description="Where ztunnel's container mounts them, on Linux (the chart's "
+        "volumeMounts). Windows HostProcess pods see the host's file system.",
+    )
     peer_ca_crl: Flag = Field(
         default=False,
         description="Check peer certificates against the CRL of a plugged-in CA: mounts "
         "ConfigMap istio-ca-crl (optional) and sets CRL_PATH, on Linux (the Windows "
         "experiment's ztunnel does not read it).",
     )
+
+    @model_validator(mode="after")
+    def _volumes(self) -> Ztunnel:
+        names = [v.name for v in self.volumes or []]
+        if set(names) & set(ZTUNNEL_VOLUMES):
+            raise ValueError(f"volume names must not be ztunnel's own ({ZTUNNEL_VOLUMES})")
+        for mount in self.volume_mounts or []:
+            if mount.name not in names or mount.mount_path in ZTUNNEL_MOUNT_PATHS:
+                raise ValueError(
+                    "each volumeMount must name one of volumes, at a path ztunnel does not "
+                    "mount itself"
+                )
+        return self
 
 
 class IstioCni(Agent):

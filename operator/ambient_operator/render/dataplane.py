@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from ambient_operator.api import constants as c
-from ambient_operator.api.types import is_zero
+from ambient_operator.api.types import ApiModel, is_zero
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec, IstioCni, Resources, Rollout, Ztunnel
 from ambient_operator.cluster.facts import ClusterFacts, NodeFacts
 from ambient_operator.render import placement as pl
@@ -103,8 +103,17 @@ def _dns(spec: AmbientMeshSpec, component: Component, plat: _Platform) -> dict[s
     config = spec.ztunnel.dns_config
     return {
         "dns_policy": spec.ztunnel.dns_policy,
-        "dns_config": config.model_dump(by_alias=True, exclude_none=True) if config else None,
+        "dns_config": _dump(config),
     }
+
+
+def _dump(model: ApiModel | None) -> dict[str, Any] | None:
+    """An API model as the objects' JSON: camelCase, unset fields left out."""
+    return model.model_dump(by_alias=True, exclude_none=True) if model is not None else None
+
+
+def _dumped(models: Sequence[ApiModel] | None) -> list[dict[str, Any]]:
+    return [m.model_dump(by_alias=True, exclude_none=True) for m in models or []]
 
 
 def _bool(value: bool) -> str:
@@ -130,7 +139,7 @@ def _security_extras(
     if plat.windows:
         return {"se_linux": None, "seccomp": None}
     given = _agent(spec, component).se_linux_options
-    user = given.model_dump(by_alias=True, exclude_none=True) if given else {}
+    user = _dump(given) or {}
     selinux = plat.profile.selinux_type
     # istio-cni's chart merges spc_t under any options given, ztunnel's does not.
     if user and component == v.ISTIO_CNI:
@@ -139,7 +148,7 @@ def _security_extras(
     seccomp = spec.istio_cni.seccomp_profile if component == v.ISTIO_CNI else None
     return {
         "se_linux": se_linux or None,
-        "seccomp": seccomp.model_dump(by_alias=True, exclude_none=True) if seccomp else None,
+        "seccomp": _dump(seccomp),
     }
 
 
@@ -356,6 +365,8 @@ def _ztunnel(
         values["cluster_id"] = spec.multi_cluster.cluster_name or ZTUNNEL_CLUSTER_ID
         values["cpu_env"] = _cpu_env(spec.ztunnel.resources)
         values["peer_ca_crl"] = spec.ztunnel.peer_ca_crl
+        values["volumes"] = _dumped(spec.ztunnel.volumes)
+        values["volume_mounts"] = _dumped(spec.ztunnel.volume_mounts)
     else:
         values["istiod"], _ = v.windows_istiod(spec, facts.istiod_ip)
         values["dns_ip"], _ = v.windows_dns(facts.dns_ip, spec)
