@@ -45,6 +45,7 @@ REASON_ARGUMENT = {
     "_no": 1,
     "_skip": 0,
     "Decision": 1,
+    "inject": 0,
     "Refused": 1,
     "_unchanged": 1,
     "_malformed": 1,

@@ -524,6 +524,41 @@ def test_json_patch_does_what_mutate_does(
     assert jsonpatch.apply_patch(pod, d.json_patch(pod, reorder)) == d.mutated(pod, reorder)
 
 
+@pytest.mark.parametrize(
+    ("listed", "expected"),
+    [
+        (None, ["mirror", "corp"]),
+        ([], ["mirror", "corp"]),
+        ([{"name": "mirror"}], ["mirror", "corp"]),
+        ([{"name": "other"}], ["other", "mirror", "corp"]),
+    ],
+)
+def test_json_patch_adds_the_pull_secrets_mutate_adds(
+    listed: list[dict[str, str]] | None, expected: list[str]
+) -> None:
+    pod = _pod(**_pinned(c.BUILD_WS2022))
+    if listed is not None:
+        pod["spec"]["imagePullSecrets"] = listed
+    ctx = _ctx(
+        images={"pullPolicy": "Always"},
+        newPodWorkaround={"pullSecrets": ["mirror", "corp"]},
+    )
+    decision = d.decide(pod, ENROLLED, ctx)
+    assert decision.inject
+    after = d.mutated(pod, decision)
+    assert jsonpatch.apply_patch(pod, d.json_patch(pod, decision)) == after
+    # The pod's own first, each secret once, then the spec's in its order.
+    assert [s["name"] for s in after["spec"]["imagePullSecrets"]] == expected
+    assert after["spec"]["initContainers"][0]["imagePullPolicy"] == "Always"
+
+
+def test_the_init_container_keeps_if_not_present_and_adds_no_secret_by_default() -> None:
+    pod = _pod(**_pinned(c.BUILD_WS2022))
+    after = d.mutated(pod, d.decide(pod, ENROLLED, _ctx()))
+    assert after["spec"]["initContainers"][0]["imagePullPolicy"] == "IfNotPresent"
+    assert "imagePullSecrets" not in after["spec"]
+
+
 def _review(pod: dict[str, Any], **request: Any) -> dict[str, Any]:
     return {
         "apiVersion": "admission.k8s.io/v1",

@@ -685,6 +685,12 @@ class NewPodWorkaround(ApiModel):
     images: Annotated[dict[PreWs2025Build, ImageRef], Field(max_length=4)] = {
         c.BUILD_WS2022: "mcr.microsoft.com/windows/nanoserver:ltsc2022"
     }
+    pull_secrets: PullSecrets | None = Field(
+        default=None,
+        description="Secrets to pull the init container's image with, added to the "
+        "imagePullSecrets of each pod that gets it (when not listed already). They must exist "
+        "in the pod's own namespace: the operator copies no Secret.",
+    )
     multi_build_image: ImageRef | None = Field(
         default=None,
         description="Image for pods whose build is not fixed; a manifest list covering "

@@ -69,6 +69,8 @@ REQUESTS = {"cpu": "10m", "memory": "32Mi"}
 # also covers the container's system processes.
 GUARANTEED = {"cpu": "100m", "memory": "128Mi"}
 
+# The init container's pull policy unless spec.images.pullPolicy says otherwise.
+DEFAULT_PULL_POLICY = "IfNotPresent"
 Action = Literal["inject", "reorder", "none"]
 
 # Reasons (AdmissionReason): CamelCase, shown in the pod annotation and the metric.
@@ -107,6 +109,20 @@ class MeshFacts:
             return workaround.multi_build_image
         images = self.spec.images
         return f"{images.hub}/{MULTI_BUILD_REPOSITORY}:{images.tag}"
+
+    def inject(self, reason: AdmissionReason, message: str, build: str | None) -> Decision:
+        """The decision to inject the init container for a build (None: any build)."""
+        workaround = self.spec.new_pod_workaround
+        return Decision(
+            "inject",
+            reason,
+            message,
+            build=build,
+            image=self.image(build),
+            timeout_seconds=workaround.timeout_seconds,
+            pull_policy=self.spec.images.pull_policy or DEFAULT_PULL_POLICY,
+            pull_secrets=tuple(workaround.pull_secrets or ()),
+        )
 
 
 @dataclass(frozen=True)
@@ -160,6 +176,9 @@ class Decision:
     build: str | None = None
     image: str | None = None
     timeout_seconds: int = 120
+    pull_policy: str = DEFAULT_PULL_POLICY
+    # Secrets of the pod's own namespace to pull the image with, added when missing.
+    pull_secrets: tuple[str, ...] = ()
 
     @property
     def inject(self) -> bool:
@@ -375,7 +394,7 @@ def init_container(decision: Decision, spec: Mapping[str, Any]) -> dict[str, Any
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": decision.image,
-        "imagePullPolicy": "IfNotPresent",
+        "imagePullPolicy": decision.pull_policy,
         "command": list(COMMAND),
         "env": [
             {"name": ENV_TIMEOUT, "value": str(decision.timeout_seconds)},
@@ -394,6 +413,12 @@ def init_container(decision: Decision, spec: Mapping[str, Any]) -> dict[str, Any
     if security:
         container["securityContext"] = security
     return container
+
+
+def _missing_secrets(spec: Mapping[str, Any], decision: Decision) -> list[dict[str, str]]:
+    """The decision's pull secrets the pod does not list already, in their order."""
+    listed = {s.get("name") for s in spec.get("imagePullSecrets") or []}
+    return [{"name": n} for n in decision.pull_secrets if n not in listed]
 
 
 def volume() -> dict[str, Any]:
@@ -455,20 +480,16 @@ def decide(
     os_name = target_os(eff, ctx.nodes)
     if os_name != "windows":
         return _skip(AdmissionReason.NOT_WINDOWS, "the pod does not target Windows nodes")
-    timeout = workaround.timeout_seconds
     served = ctx.mesh.served_builds
 
     node_name = eff.get("nodeName")
     node = next((n for n in ctx.nodes if n.name == node_name), None) if node_name else None
     if node is not None:
         if node.build in served and node in ctx.mesh.capable_nodes:
-            return Decision(
-                "inject",
+            return ctx.mesh.inject(
                 AdmissionReason.SCHEDULED_ON_PRE_WS2025_NODE,
                 f"bound to node {node.name} (build {node.build})",
-                build=node.build,
-                image=ctx.mesh.image(node.build),
-                timeout_seconds=timeout,
+                node.build,
             )
         return _skip(
             AdmissionReason.NO_PRE_WS2025_NODE,
@@ -486,13 +507,10 @@ def decide(
             )
         # Pinned to several builds, the image must run on all of them.
         build = next(iter(pinned)) if len(pinned) == 1 else None
-        return Decision(
-            "inject",
+        return ctx.mesh.inject(
             AdmissionReason.PINNED_TO_PRE_WS2025_BUILD,
             f"pinned to build(s) {', '.join(sorted(pinned))}",
-            build=build,
-            image=ctx.mesh.image(build),
-            timeout_seconds=timeout,
+            build,
         )
 
     candidates = [n for n in ctx.mesh.capable_nodes if scheduling.schedulable(eff, n)]
@@ -504,13 +522,10 @@ def decide(
         )
     shown = ", ".join(n.name for n in candidates[:3])
     more = f" and {len(candidates) - 3} more" if len(candidates) > 3 else ""
-    return Decision(
-        "inject",
+    return ctx.mesh.inject(
         AdmissionReason.MAY_LAND_ON_PRE_WS2025_NODE,
         f"no build pinned; it can land on {shown}{more}",
-        build=None,
-        image=ctx.mesh.image(None),
-        timeout_seconds=timeout,
+        None,
     )
 
 
@@ -525,6 +540,9 @@ def mutate_in_place(pod: dict[str, Any], decision: Decision) -> None:
         spec["initContainers"] = ours[:1] + [ct for ct in inits if ct.get("name") != CONTAINER_NAME]
         return
     inits.insert(0, init_container(decision, spec))
+    secrets = _missing_secrets(spec, decision)
+    if secrets:
+        spec.setdefault("imagePullSecrets", []).extend(secrets)
     volumes: list[dict[str, Any]] = spec.setdefault("volumes", [])
     if VOLUME_NAME not in _names(volumes):
         volumes.append(volume())
@@ -563,6 +581,11 @@ def json_patch(pod: Mapping[str, Any], decision: Decision) -> list[dict[str, Any
         ops.append({"op": "add", "path": "/spec/initContainers/0", "value": container})
     else:
         ops.append({"op": "add", "path": "/spec/initContainers", "value": [container]})
+    secrets = _missing_secrets(spec, decision)
+    if secrets and not spec.get("imagePullSecrets"):
+        ops.append({"op": "add", "path": "/spec/imagePullSecrets", "value": secrets})
+    else:
+        ops += [{"op": "add", "path": "/spec/imagePullSecrets/-", "value": s} for s in secrets]
     volumes = spec.get("volumes") or []
     if not volumes:
         ops.append({"op": "add", "path": "/spec/volumes", "value": [volume()]})
