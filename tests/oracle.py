@@ -530,10 +530,13 @@ def _chart_value_fields_rejected(spec: Mapping[str, Any]) -> bool:
             isinstance(value, str) and len(value) <= 253 and _MESH_NAME.fullmatch(value) is not None
         )
 
-    for path in (("multiCluster", "clusterName"), ("network",)):
-        value = _get(spec, *path)
-        if value is not None and not name_ok(value):
-            return True
+    cluster = _get(spec, "multiCluster", "clusterName")
+    if cluster is not None and not name_ok(cluster):
+        return True
+    # The network is a label value of the waypoints too.
+    network = _get(spec, "network")
+    if network is not None and not (name_ok(network) and len(network) <= 63):
+        return True
     if (policy := _get(spec, "images", "pullPolicy")) is not None and policy not in _PULL_POLICIES:
         return True
     secrets = _get(spec, "images", "pullSecrets") or []

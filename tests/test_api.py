@@ -103,7 +103,7 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         _mesh(multiCluster={"clusterName": "west 1"}),
         "spec.multiCluster.clusterName",
     ),
-    ("network-too-long", _mesh(network="n" * 254), "spec.network"),
+    ("network-longer-than-a-label", _mesh(network="n" * 64), "spec.network"),
     ("unknown-pull-policy", _mesh(images={"pullPolicy": "Sometimes"}), "spec.images.pullPolicy"),
     (
         "pull-secret-not-a-name",

@@ -17,7 +17,8 @@ from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.kube.client import Kube, KubeError
 from ambient_operator.kube.credentials import Credentials
 from ambient_operator.kube.resources import KINDS
-from ambient_operator.render import waypoints as wr
+from ambient_operator.render.waypoints.parameters import parameter_refs
+from ambient_operator.render.waypoints.verdicts import class_verdict, render_waypoint
 from operator_harness import free_port
 
 SERVICE_ACCOUNT = KINDS[("v1", "ServiceAccount")]
@@ -171,7 +172,7 @@ def _class(parameters: dict[str, str] | None = None) -> dict[str, Any]:
 def test_a_service_account_annotation_that_is_no_name_is_invalid_parameters(
     account: str,
 ) -> None:
-    result = wr.render_waypoint(
+    result = render_waypoint(
         AmbientMeshSpec(),
         _gateway({"gateway.istio.io/service-account": account}),
         _class(),
@@ -183,7 +184,7 @@ def test_a_service_account_annotation_that_is_no_name_is_invalid_parameters(
     assert len(result.accepted.message) < 300
     assert result.objects == ()
     # The control: the same Gateway naming a valid account is deployed with it.
-    fixed = wr.render_waypoint(
+    fixed = render_waypoint(
         AmbientMeshSpec(), _gateway({"gateway.istio.io/service-account": "deployer"}), _class(), {}
     )
     assert fixed.accepted.status == "True"
@@ -205,11 +206,11 @@ def test_a_parameters_ref_that_is_no_name_is_never_fetched(
 ) -> None:
     gateway = _gateway({}, {"parametersRef": gateway_ref} if gateway_ref else None)
     gateway_class = _class(class_ref)
-    assert wr.parameter_refs(gateway, gateway_class) == []
-    result = wr.render_waypoint(AmbientMeshSpec(), gateway, gateway_class, {})
+    assert parameter_refs(gateway, gateway_class) == []
+    result = render_waypoint(AmbientMeshSpec(), gateway, gateway_class, {})
     assert (result.accepted.status, result.accepted.reason) == ("False", "InvalidParameters")
     assert "cannot name a ConfigMap" in result.accepted.message
     assert result.objects == ()
     if class_ref:
-        verdict = wr.class_verdict(gateway_class, {})
+        verdict = class_verdict(gateway_class, {})
         assert (verdict.status, verdict.reason) == ("False", "InvalidParameters")

@@ -19,7 +19,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ from ambient_devcluster import (
 from ambient_operator.api import constants as c
 from conftest import BIN_DIR, SAMPLE_NODES, binaries_present, unique_name, wait_for
 from operator_harness import RunningOperator
-from upstream_diff import check_table, compare, key_lists, pod_view, pruned
+from upstream_diff import check_table, compare, generator, key_lists, matches, pod_view, pruned
 
 ROOT = Path(__file__).resolve().parents[1]
 GW_GROUP, GW_VERSION = "gateway.networking.k8s.io", "v1"
@@ -142,12 +143,23 @@ def create_gateway(
     name: str,
     class_name: str,
     parameters: str | None = None,
+    *,
+    labels: dict[str, str] | None = None,
+    infra_labels: dict[str, str] | None = None,
 ) -> None:
-    """A waypoint Gateway with the one HBONE listener (and a parametersRef ConfigMap)."""
+    """A waypoint Gateway with the one HBONE listener, and optionally a parametersRef
+    ConfigMap, labels of its own and spec.infrastructure.labels."""
     spec: dict[str, Any] = {"gatewayClassName": class_name, "listeners": [MESH_LISTENER]}
+    infrastructure: dict[str, Any] = {}
     if parameters:
-        ref = {"group": "", "kind": "ConfigMap", "name": parameters}
-        spec["infrastructure"] = {"parametersRef": ref}
+        infrastructure["parametersRef"] = {"group": "", "kind": "ConfigMap", "name": parameters}
+    if infra_labels is not None:
+        infrastructure["labels"] = infra_labels
+    if infrastructure:
+        spec["infrastructure"] = infrastructure
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels:
+        metadata["labels"] = labels
     client.CustomObjectsApi(api).create_namespaced_custom_object(
         GW_GROUP,
         GW_VERSION,
@@ -156,7 +168,7 @@ def create_gateway(
         {
             "apiVersion": f"{GW_GROUP}/{GW_VERSION}",
             "kind": "Gateway",
-            "metadata": {"name": name, "namespace": namespace},
+            "metadata": metadata,
             "spec": spec,
         },
     )
@@ -357,24 +369,31 @@ SCALING_PARAMETERS = {
 }
 
 
-def test_istio_waypoint_is_pinned_to_linux_and_matches_ours_field_by_field(
-    api: client.ApiClient, istio: IstioControlPlane, operator: RunningOperator
-) -> None:
-    """istiod's own waypoint carries our Linux pin; its objects and ours differ only as listed.
-
-    Both Gateways name a parameters ConfigMap with the same autoscaler and
-    disruption budget, so those are compared too, and so is the Deployment's
-    count, which on both sides is the autoscaler's (kube-controller-manager
-    raises it to minReplicas without metrics).
-    """
-    ours_ns, istio_ns = unique_name("cmp-ours"), unique_name("cmp-istiod")
+def waypoint_pair(
+    api: client.ApiClient,
+    prefix: str,
+    *,
+    labels: dict[str, str] | None = None,
+    infra_labels: dict[str, str] | None = None,
+) -> tuple[str, str]:
+    """(ours, istiod's) namespaces, each with a Gateway `waypoint` of its class naming the
+    same parameters, alike but for the class; once both are Programmed and scaled."""
+    ours_ns, istio_ns = unique_name(f"{prefix}-ours"), unique_name(f"{prefix}-istiod")
     apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
     for ns, cls in ((ours_ns, "ambient-waypoint"), (istio_ns, c.ISTIO_WAYPOINT_CLASS)):
         make_namespace(api, ns, {})
         core.create_namespaced_config_map(
             ns, {"metadata": {"name": "waypoint-params"}, "data": SCALING_PARAMETERS}
         )
-        create_gateway(api, ns, "waypoint", cls, parameters="waypoint-params")
+        create_gateway(
+            api,
+            ns,
+            "waypoint",
+            cls,
+            parameters="waypoint-params",
+            labels=labels,
+            infra_labels=infra_labels,
+        )
     for ns in (ours_ns, istio_ns):
         wait_for(lambda ns=ns: programmed_address(api, ns, "waypoint"), TIMEOUT, f"{ns} Programmed")
         wait_for(
@@ -382,12 +401,17 @@ def test_istio_waypoint_is_pinned_to_linux_and_matches_ours_field_by_field(
             TIMEOUT,
             f"{ns}/waypoint scaled to the autoscaler's minReplicas",
         )
-    istio_dep = apps.read_namespaced_deployment("waypoint", istio_ns)
-    # Written by istiod, pinned by the class defaults the operator keeps for istio-waypoint.
-    assert istio_dep.spec.template.spec.node_selector == {c.LABEL_OS: "linux"}
+    return ours_ns, istio_ns
 
+
+def waypoint_views(
+    api: client.ApiClient, ours_ns: str, istio_ns: str
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """(istiod's, ours): the comparable views of each side's five waypoint objects."""
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
     autoscaling, policy = client.AutoscalingV2Api(api), client.PolicyV1Api(api)
-    upstream, ours = {}, {}
+    upstream: dict[str, dict[str, Any]] = {}
+    ours: dict[str, dict[str, Any]] = {}
     for kind, read in (
         ("Deployment", apps.read_namespaced_deployment),
         ("Service", core.read_namespaced_service),
@@ -398,7 +422,182 @@ def test_istio_waypoint_is_pinned_to_linux_and_matches_ours_field_by_field(
         for side, ns in ((upstream, istio_ns), (ours, ours_ns)):
             obj = api.sanitize_for_serialization(read("waypoint", ns))
             side[f"{kind}/waypoint"] = _view({"kind": kind, **obj}, ns)
-    check_table("waypoint", compare(upstream, ours))
+    return upstream, ours
+
+
+def test_istio_waypoint_is_pinned_to_linux_and_matches_ours_field_by_field(
+    api: client.ApiClient, istio: IstioControlPlane, operator: RunningOperator
+) -> None:
+    """istiod's own waypoint carries our Linux pin; its objects and ours differ only as listed.
+
+    Both Gateways name a parameters ConfigMap with the same autoscaler and
+    disruption budget, so those are compared too, and so is the Deployment's
+    count, which on both sides is the autoscaler's (kube-controller-manager
+    raises it to minReplicas without metrics).
+    """
+    ours_ns, istio_ns = waypoint_pair(api, "cmp")
+    istio_dep = client.AppsV1Api(api).read_namespaced_deployment("waypoint", istio_ns)
+    # Written by istiod, pinned by the class defaults the operator keeps for istio-waypoint.
+    assert istio_dep.spec.template.spec.node_selector == {c.LABEL_OS: "linux"}
+    check_table("waypoint", compare(*waypoint_views(api, ours_ns, istio_ns)))
+
+
+# istiod's chart values for a cluster of a multi-cluster, multi-network mesh that pulls
+# from a private registry, and the AmbientMesh fields that say the same.
+CLUSTER_VALUES = {
+    "global.multiCluster.clusterName": "west-1",
+    "global.network": "net-west",
+    "global.imagePullSecrets[0]": "reg-a",
+    "global.imagePullSecrets[1]": "reg-b",
+    "global.imagePullPolicy": "Always",
+    "global.caAddress": "ca.mesh.example:15012",
+}
+CLUSTER_SPEC: dict[str, Any] = {
+    "multiCluster": {"clusterName": "west-1"},
+    "network": "net-west",
+    "images": {"pullSecrets": ["reg-a", "reg-b"], "pullPolicy": "Always"},
+    "istiod": {"caAddress": "ca.mesh.example:15012"},
+}
+# istiod has no XDS address value for its waypoints: they take the mesh config's
+# defaultConfig.discoveryAddress, inside PROXY_CONFIG, as ours does xdsAddress.
+XDS = "xds.mesh.example:15012"
+XDS_VALUES = {"meshConfig.defaultConfig.discoveryAddress": XDS}
+XDS_SPEC: dict[str, Any] = {"istiod": {"xdsAddress": XDS}}
+PROXY_CONFIG_FIELD = "spec.template.spec.containers[istio-proxy].env[PROXY_CONFIG].value"
+NETWORK_LABEL = "topology.istio.io/network"
+
+
+def _nulls(patch: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch that removes every leaf `patch` sets."""
+    return {k: _nulls(v) if isinstance(v, dict) else None for k, v in patch.items()}
+
+
+def _patch_mesh(api: client.ApiClient, spec: dict[str, Any]) -> None:
+    client.CustomObjectsApi(api).patch_cluster_custom_object(
+        c.API_GROUP, c.API_VERSION, c.PLURAL, c.MESH_NAME, {"spec": spec}
+    )
+
+
+@contextmanager
+def istiod_and_mesh(
+    api: client.ApiClient, istio: IstioControlPlane
+) -> Iterator[Callable[[dict[str, str], dict[str, Any]], None]]:
+    """A way to give istiod more chart values and the AmbientMesh the matching fields;
+    both are put back afterwards.
+
+    istiod is upgraded and restarted each time: it reads CLUSTER_ID when it starts.
+    """
+    before = dict(istio.values)
+    patched: list[dict[str, Any]] = []
+
+    def change(values: dict[str, str], spec: dict[str, Any]) -> None:
+        istio.values.update(values)
+        istio.install()
+        istio.stop()
+        istio.start()
+        patched.append(spec)
+        _patch_mesh(api, spec)
+
+    try:
+        yield change
+    finally:
+        for spec in reversed(patched):
+            _patch_mesh(api, _nulls(spec))
+        istio.values.clear()
+        istio.values.update(before)
+        istio.install()
+        istio.stop()
+        istio.start()
+
+
+def _proxy_env(api: client.ApiClient, namespace: str) -> dict[str, str]:
+    dep = client.AppsV1Api(api).read_namespaced_deployment("waypoint", namespace)
+    return {e.name: e.value for e in dep.spec.template.spec.containers[0].env if e.value}
+
+
+def _pod_network(api: client.ApiClient, namespace: str) -> str | None:
+    """The network label of the waypoint pods in a namespace."""
+    dep = client.AppsV1Api(api).read_namespaced_deployment("waypoint", namespace)
+    return (dep.spec.template.metadata.labels or {}).get(NETWORK_LABEL)
+
+
+def _matches_table(api: client.ApiClient, ours_ns: str, istio_ns: str) -> bool:
+    check_table("waypoint", compare(*waypoint_views(api, ours_ns, istio_ns)))
+    return True
+
+
+def test_cluster_network_pulls_and_istiod_addresses_match_istiods_own_waypoint(
+    api: client.ApiClient, istio: IstioControlPlane, operator: RunningOperator
+) -> None:
+    """With istiod's chart values and the AmbientMesh saying the same cluster, network,
+    pull secrets, pull policy and CA and XDS addresses, the waypoints differ as listed.
+
+    No row of the table names these fields, so every one of them is the same on
+    both sides, as istiod renders it. The network label is compared for each
+    way a Gateway can name one (its own label, its infrastructure labels, both
+    or neither). Each pair waits until our side matches the table, ours being
+    the side that may render a Gateway before it sees the new spec; istiod
+    restarted with the values before any of these Gateways existed.
+    """
+    shapes: dict[str, dict[str, Any]] = {
+        "mc": {},
+        "mc-own": {"labels": {NETWORK_LABEL: "net-east"}},
+        "mc-infra": {"infra_labels": {NETWORK_LABEL: "net-east", "team": "a"}},
+        "mc-both": {"labels": {NETWORK_LABEL: "net-east"}, "infra_labels": {"team": "a"}},
+    }
+    with istiod_and_mesh(api, istio) as change:
+        change(CLUSTER_VALUES, CLUSTER_SPEC)
+        pairs = {name: waypoint_pair(api, name, **shape) for name, shape in shapes.items()}
+        for name, (ours_ns, istio_ns) in pairs.items():
+            wait_for(
+                lambda o=ours_ns, i=istio_ns: _matches_table(api, o, i),
+                TIMEOUT,
+                f"{name}: our waypoint to match istiod's but for the table",
+            )
+        # istiod did render with the values (else agreeing would prove nothing).
+        ours_ns, istio_ns = pairs["mc"]
+        env = _proxy_env(api, istio_ns)
+        assert (env["ISTIO_META_CLUSTER_ID"], env["ISTIO_META_NETWORK"]) == ("west-1", "net-west")
+        assert env["CA_ADDR"] == "ca.mesh.example:15012"
+        pod = client.AppsV1Api(api).read_namespaced_deployment("waypoint", istio_ns).spec.template
+        assert [s.name for s in pod.spec.image_pull_secrets] == ["reg-a", "reg-b"]
+        assert pod.spec.containers[0].image_pull_policy == "Always"
+        labels = {name: _pod_network(api, pair[1]) for name, pair in pairs.items()}
+        assert labels == {
+            "mc": "net-west",
+            "mc-own": "net-east",
+            "mc-infra": "net-west",
+            "mc-both": None,
+        }, "istiod's network labels are not what tests/test_waypoint_units.py says"
+
+        change(XDS_VALUES, XDS_SPEC)
+
+        def discovery() -> list[str] | None:
+            found = [
+                json.loads(_proxy_env(api, ns)["PROXY_CONFIG"]).get("discoveryAddress")
+                for ns in (istio_ns, ours_ns)
+            ]
+            return found if found == [XDS] * 2 else None
+
+        wait_for(discovery, TIMEOUT, "both waypoints to take the XDS address")
+        found = {(d.object, d.field): d for d in compare(*waypoint_views(api, ours_ns, istio_ns))}
+        rows = {(e.object, e.field): e for e in generator().load_tables()["waypoint"]}
+        assert found.keys() == rows.keys()
+        wrong = [
+            key
+            for key, d in found.items()
+            if key[1] != PROXY_CONFIG_FIELD
+            and not (matches(rows[key].upstream, d.upstream) and matches(rows[key].ours, d.ours))
+        ]
+        assert wrong == []
+        # PROXY_CONFIG still differs as its row says, but for the address both now name.
+        key = ("Deployment/waypoint", PROXY_CONFIG_FIELD)
+        now = [json.loads(found[key].upstream), json.loads(found[key].ours)]
+        listed = [json.loads(str(rows[key].upstream)), json.loads(str(rows[key].ours))]
+        assert [side.pop("discoveryAddress") for side in now] == [XDS] * 2
+        assert now == [
+            {k: v for k, v in side.items() if k != "discoveryAddress"} for side in listed
+        ]
 
 
 def test_a_removed_scaling_key_prunes_ours_and_istiod_keeps_its_own(

@@ -28,7 +28,7 @@ from ambient_operator.cluster.facts import ClusterFacts, NodeFacts, Taint
 from ambient_operator.cluster.state import ClusterState
 from ambient_operator.kube.client import Kube, KubeError
 from ambient_operator.render import render_dataplane
-from ambient_operator.render import waypoints as wr
+from ambient_operator.render.waypoints.verdicts import WaypointRender, render_waypoint
 from ambient_operator.webhook.config import WebhookOptions
 from ambient_operator.webhook.upkeep import Webhook
 from render_cases import CASES, SAMPLE_MESH, SAMPLE_NODES, Case
@@ -133,11 +133,11 @@ WINDOWS_PARAMETERS = {
 }
 
 
-def _waypoint_renders() -> Iterator[tuple[str, wr.WaypointRender]]:
-    yield "defaults", wr.render_waypoint(AmbientMeshSpec(), gateway(), gateway_class(), {})
+def _waypoint_renders() -> Iterator[tuple[str, WaypointRender]]:
+    yield "defaults", render_waypoint(AmbientMeshSpec(), gateway(), gateway_class(), {})
     yield (
         "gateway-parameters-ask-for-windows",
-        wr.render_waypoint(
+        render_waypoint(
             AmbientMeshSpec(),
             gateway(infrastructure={"parametersRef": _ref("params")}),
             gateway_class(),
@@ -149,7 +149,7 @@ def _waypoint_renders() -> Iterator[tuple[str, wr.WaypointRender]]:
     )
     yield (
         "mesh-class-and-gateway-layers",
-        wr.render_waypoint(
+        render_waypoint(
             spec,
             gateway(infrastructure={"parametersRef": _ref("gw-params")}),
             gateway_class(_ref("class-params", namespace="istio-system")),

@@ -29,7 +29,8 @@ from ambient_operator.cluster.state import ClusterState
 from ambient_operator.controllers.waypoints import WaypointController
 from ambient_operator.kube.client import Kube
 from ambient_operator.kube.credentials import load_credentials
-from ambient_operator.render import waypoints as wr
+from ambient_operator.render.waypoints.class_defaults import CLASS_DEFAULTS_NAME
+from ambient_operator.render.waypoints.verdicts import render_waypoint
 from ambient_operator.status.events import EventRecorder
 from conftest import BIN_DIR, SAMPLE_NODES, binaries_present, unique_name, wait_for
 from operator_harness import AuditLog, RunningOperator
@@ -496,20 +497,20 @@ def test_istio_waypoint_class_defaults_pin_linux(gateway_api: str, api: client.A
         return doc if node_selector.get(c.LABEL_OS) == "linux" else None
 
     # With Windows nodes present the operator keeps istiod's defaults pinned.
-    wait_for(lambda: pinned(wr.CLASS_DEFAULTS_NAME), TIMEOUT, "class defaults ConfigMap")
-    cm = core.read_namespaced_config_map(wr.CLASS_DEFAULTS_NAME, "istio-system")
+    wait_for(lambda: pinned(CLASS_DEFAULTS_NAME), TIMEOUT, "class defaults ConfigMap")
+    cm = core.read_namespaced_config_map(CLASS_DEFAULTS_NAME, "istio-system")
     assert cm.metadata.labels[c.LABEL_DEFAULTS_FOR_CLASS] == c.ISTIO_WAYPOINT_CLASS
 
     # A user's own keys survive, and a user's overlay is merged into, not replaced.
     key = f"note-{gateway_api.replace('.', '-')}"
     core.patch_namespaced_config_map(
-        wr.CLASS_DEFAULTS_NAME,
+        CLASS_DEFAULTS_NAME,
         "istio-system",
         {"data": {key: "mine", "deployment": "spec:\n  replicas: 3\n"}},
     )
-    doc = wait_for(lambda: pinned(wr.CLASS_DEFAULTS_NAME), TIMEOUT, "pin merged back")
+    doc = wait_for(lambda: pinned(CLASS_DEFAULTS_NAME), TIMEOUT, "pin merged back")
     assert doc["spec"]["replicas"] == 3
-    data = core.read_namespaced_config_map(wr.CLASS_DEFAULTS_NAME, "istio-system").data
+    data = core.read_namespaced_config_map(CLASS_DEFAULTS_NAME, "istio-system").data
     assert data[key] == "mine"
 
     # A second defaults ConfigMap of the user's own is not the operator's to edit: it is
@@ -531,7 +532,7 @@ def test_istio_waypoint_class_defaults_pin_linux(gateway_api: str, api: client.A
     assert event.type == "Warning" and "kubernetes.io/os: linux" in event.message
     assert core.read_namespaced_config_map(users, "istio-system").data == data
     listed = core.list_namespaced_config_map("istio-system", label_selector=selector).items
-    assert {cm.metadata.name for cm in listed} >= {wr.CLASS_DEFAULTS_NAME, users}
+    assert {cm.metadata.name for cm in listed} >= {CLASS_DEFAULTS_NAME, users}
 
 
 def test_waypoint_pod_on_windows_is_reported(
@@ -640,7 +641,7 @@ def test_restart_writes_nothing(
         "the first waypoint pass after a restart",
     )
     # (Namespaces of earlier tests may still be terminating: their changes are real.)
-    ours = (f"/namespaces/{ns}/", "/gatewayclasses", wr.CLASS_DEFAULTS_NAME, "user-defaults")
+    ours = (f"/namespaces/{ns}/", "/gatewayclasses", CLASS_DEFAULTS_NAME, "user-defaults")
     assert [w for w in audit.writes(mark) if any(part in w for part in ours)] == []
 
 
@@ -699,7 +700,7 @@ def test_status_write_is_conflict_safe(
         },
     }
     spec = AmbientMeshSpec()
-    result = wr.render_waypoint(spec, stale, {"spec": {"controllerName": "x"}}, {})
+    result = render_waypoint(spec, stale, {"spec": {"controllerName": "x"}}, {})
     audit = AuditLog(wp_cluster.audit_log)
     mark = audit.mark()
     try:

@@ -18,7 +18,7 @@ from ambient_operator.controllers.waypoints import WaypointController
 from ambient_operator.kube.client import Kube
 from ambient_operator.kube.credentials import load_credentials
 from ambient_operator.kube.resources import KINDS, Kind
-from ambient_operator.render import waypoints as wr
+from ambient_operator.render.waypoints.names import names_of
 from conftest import unique_name
 
 HOLD = "ambient-operator.test/hold"
@@ -79,7 +79,7 @@ def _reconcile(cluster: LocalCluster, state: ClusterState, namespace: str) -> tu
     ctl.on_gateway("ADDED", gateway)
     spec = AmbientMeshSpec.model_validate({})
     ok = asyncio.run(ctl._reconcile_gateway(spec, (namespace, "waypoint")))
-    account = wr.names_of(gateway).service_account
+    account = names_of(gateway).service_account
     kept = ctl.objects.get((namespace, "waypoint"), {})
     answered = ("v1", "ServiceAccount", namespace, account) in kept
     return ok, answered or kube.get(KINDS[("v1", "ServiceAccount")], account, namespace) is not None
@@ -154,7 +154,7 @@ def test_objects_gone_with_their_gateway_are_not_made_again_from_a_stale_cache(
         assert asyncio.run(ctl._reconcile_gateway(spec, (name, "waypoint")))
         assert (name, "waypoint") not in ctl.gateways  # the cache learnt it is gone
         assert REGISTRY.get_sample_value(GHOSTS, {"kind": "Gateway"}) == before + 1
-        account = wr.names_of(gateway).service_account
+        account = names_of(gateway).service_account
         assert kube.get(KINDS[("v1", "ServiceAccount")], account, name) is None
     finally:
         client.CoreV1Api(k8s).delete_namespace(name)
@@ -173,7 +173,7 @@ def test_a_name_taken_since_the_watches_looked_is_refused_and_nothing_else_is_wr
     core = client.CoreV1Api(k8s)
     core.create_namespace({"metadata": {"name": name}})
     try:
-        account = wr.names_of(_gateway(name)).service_account
+        account = names_of(_gateway(name)).service_account
         theirs = core.create_namespaced_service_account(
             name, {"metadata": {"name": account, "annotations": {"example.com/role": "db"}}}
         )

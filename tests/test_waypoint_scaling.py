@@ -35,7 +35,8 @@ from ambient_operator.apply.ownership import applies_field
 from ambient_operator.apply.plan import Owner
 from ambient_operator.apply.writer import NameConflictError, hand_over
 from ambient_operator.kube.client import Kube
-from ambient_operator.render import waypoints as wr
+from ambient_operator.render.waypoints.parameters import refusal
+from ambient_operator.render.waypoints.verdicts import WaypointRender, class_verdict
 from conftest import unique_name, wait_for
 from operator_harness import AuditLog
 from test_chart_rbac import Identity, Running, _fail_with_log, forbidden
@@ -57,11 +58,11 @@ PDB = "podDisruptionBudget"
 SCALING_KINDS = ("HorizontalPodAutoscaler", "PodDisruptionBudget")
 
 
-def _objects(result: wr.WaypointRender) -> dict[str, dict[str, Any]]:
+def _objects(result: WaypointRender) -> dict[str, dict[str, Any]]:
     return {obj["kind"]: obj for obj in result.objects}
 
 
-def _with_params(data: dict[str, str], cls_data: dict[str, str] | None = None) -> wr.WaypointRender:
+def _with_params(data: dict[str, str], cls_data: dict[str, str] | None = None) -> WaypointRender:
     config_maps: dict[tuple[str, str], dict[str, Any] | None] = {("apps", "params"): data}
     cls = gateway_class()
     if cls_data is not None:
@@ -204,7 +205,7 @@ def test_a_bad_overlay_in_the_class_fails_its_gateways_and_the_class() -> None:
     assert "GatewayClass parametersRef ConfigMap istio-system/class-params" in (
         result.accepted.message
     )
-    verdict = wr.class_verdict(
+    verdict = class_verdict(
         gateway_class(params_ref("class-params", namespace="istio-system")),
         {("istio-system", "class-params"): {HPA: "spec: {minReplicas: 3, maxReplicas: 1}"}},
     )
@@ -236,10 +237,10 @@ def test_a_refused_autoscaler_is_named_by_its_key_in_status() -> None:
     """The API server's answer may quote the ConfigMap's metrics; status names the key."""
     hpa = {"kind": "HorizontalPodAutoscaler", "metadata": {"name": "wp", "namespace": "apps"}}
     answer = 'spec.metrics[0].resource.name: Invalid value: "s3cret"'
-    said = wr.refusal(hpa, 422, answer)
+    said = refusal(hpa, 422, answer)
     assert "s3cret" not in said and "parameters key horizontalPodAutoscaler" in said, said
     service = {"kind": "Service", "metadata": {"name": "wp", "namespace": "apps"}}
-    assert wr.refusal(service, 422, "ports: Invalid") == "Service wp: ports: Invalid"
+    assert refusal(service, 422, "ports: Invalid") == "Service wp: ports: Invalid"
 
 
 def _managed(manager: str, operation: str, spec_fields: dict[str, Any]) -> dict[str, Any]:

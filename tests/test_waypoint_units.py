@@ -8,6 +8,7 @@ test_waypoint_cluster.py.
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -24,7 +25,21 @@ from ambient_operator.cli.waypoint import waypoint_gateway
 from ambient_operator.cluster.state import ClusterState
 from ambient_operator.controllers.waypoints import WaypointController
 from ambient_operator.render import placement as pl
-from ambient_operator.render import waypoints as wr
+from ambient_operator.render.waypoints.class_defaults import (
+    CLASS_DEFAULTS_NAME,
+    pin_class_defaults,
+    render_class_defaults,
+)
+from ambient_operator.render.waypoints.listeners import check_listeners, is_waypoint
+from ambient_operator.render.waypoints.names import CONTROLLER, class_is_ours
+from ambient_operator.render.waypoints.objects import render_gateway_class
+from ambient_operator.render.waypoints.parameters import parameter_refs
+from ambient_operator.render.waypoints.policy import annotation_allowed, image_allowed
+from ambient_operator.render.waypoints.verdicts import (
+    WaypointRender,
+    class_verdict,
+    render_waypoint,
+)
 from ambient_operator.status import waypoints as ws
 from checks import every
 
@@ -95,8 +110,8 @@ def render(
     config_maps: dict[tuple[str, str], dict[str, Any] | None] | None = None,
     spec: AmbientMeshSpec | None = None,
     **kwargs: Any,
-) -> wr.WaypointRender:
-    return wr.render_waypoint(
+) -> WaypointRender:
+    return render_waypoint(
         spec or AmbientMeshSpec(),
         gw,
         cls if cls is not None else gateway_class(),
@@ -105,11 +120,11 @@ def render(
     )
 
 
-def by_kind(result: wr.WaypointRender) -> dict[str, dict[str, Any]]:
+def by_kind(result: WaypointRender) -> dict[str, dict[str, Any]]:
     return {obj["kind"]: obj for obj in result.objects}
 
 
-def pod_spec(result: wr.WaypointRender) -> dict[str, Any]:
+def pod_spec(result: WaypointRender) -> dict[str, Any]:
     spec: dict[str, Any] = by_kind(result)["Deployment"]["spec"]["template"]["spec"]
     return spec
 
@@ -118,7 +133,7 @@ def pod_spec(result: wr.WaypointRender) -> dict[str, Any]:
 
 
 def test_hbone_listener_on_15008_is_the_only_valid_one() -> None:
-    checks = wr.check_listeners(
+    checks = check_listeners(
         gateway(MESH, HTTP, {"name": "hb", "port": 15009, "protocol": "HBONE"})
     )
     assert [ch.valid for ch in checks] == [True, False, False]
@@ -194,16 +209,16 @@ def test_class_parameters_are_read_only_from_the_mesh_namespace() -> None:
     spec = AmbientMeshSpec.model_validate({"namespace": "mesh"})
     elsewhere = gateway_class(params_ref("db-conn", namespace="team-b"))
     maps: dict[tuple[str, str], dict[str, Any] | None] = {("team-b", "db-conn"): {"image": SECRET}}
-    assert wr.parameter_refs(gateway(), elsewhere, "mesh") == []
+    assert parameter_refs(gateway(), elsewhere, "mesh") == []
     for verdict in (
-        wr.class_verdict(elsewhere, maps, "mesh"),
+        class_verdict(elsewhere, maps, "mesh"),
         render(gateway(), elsewhere, maps, spec).accepted,
     ):
         assert (verdict.status, verdict.reason) == ("False", "InvalidParameters")
         assert "team-b/db-conn" in verdict.message and "hunter2" not in verdict.message
     here = gateway_class(params_ref("class-params", namespace="mesh"))
-    assert wr.parameter_refs(gateway(), here, "mesh") == [("mesh", "class-params")]
-    assert wr.class_verdict(here, {("mesh", "class-params"): {"replicas": "2"}}, "mesh").status == (
+    assert parameter_refs(gateway(), here, "mesh") == [("mesh", "class-params")]
+    assert class_verdict(here, {("mesh", "class-params"): {"replicas": "2"}}, "mesh").status == (
         "True"
     )
 
@@ -221,17 +236,17 @@ def test_class_parameters_are_read_only_from_the_mesh_namespace() -> None:
     ],
 )
 def test_image_prefixes_match_whole_path_components(image: str, allowed: bool) -> None:
-    assert wr.image_allowed(image, ["docker.io/istio"]) is allowed
-    assert wr.image_allowed(image, ["docker.io/istio/"]) is (allowed and image != "docker.io/istio")
+    assert image_allowed(image, ["docker.io/istio"]) is allowed
+    assert image_allowed(image, ["docker.io/istio/"]) is (allowed and image != "docker.io/istio")
 
 
 def test_pod_annotations_allow_exact_keys_and_prefixes() -> None:
     allowed = ["prometheus.io/*", "example.com/one"]
-    assert wr.annotation_allowed("prometheus.io/scrape", allowed)
-    assert wr.annotation_allowed("example.com/one", allowed)
-    assert not wr.annotation_allowed("example.com/two", allowed)
-    assert not wr.annotation_allowed("prometheus.io.evil/x", allowed)
-    assert not wr.annotation_allowed("container.apparmor.security.beta.kubernetes.io/x", allowed)
+    assert annotation_allowed("prometheus.io/scrape", allowed)
+    assert annotation_allowed("example.com/one", allowed)
+    assert not annotation_allowed("example.com/two", allowed)
+    assert not annotation_allowed("prometheus.io.evil/x", allowed)
+    assert not annotation_allowed("container.apparmor.security.beta.kubernetes.io/x", allowed)
 
 
 @pytest.mark.parametrize(
@@ -458,6 +473,142 @@ def test_istiod_revision_and_address_come_from_the_mesh() -> None:
     assert annotations["istio.io/rev"] == "canary"
 
 
+# -- cluster identity, network, image pulls and istiod's addresses ---------------------------
+# Literal data: what istiod's waypoint template (istio-discovery/files/waypoint.yaml) and its
+# deployment controller's setLabelOverrides do with the matching chart values, read from the
+# pinned module's source. tests/test_istiod.py holds ours to the real istiod's own waypoints.
+
+NETWORK = "topology.istio.io/network"
+
+
+def proxy_env(result: WaypointRender) -> dict[str, str | None]:
+    (container,) = pod_spec(result)["containers"]
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+def test_a_plain_mesh_renders_istiods_defaults_for_identity_and_pulls() -> None:
+    result = render(gateway())
+    env = proxy_env(result)
+    assert env["ISTIO_META_CLUSTER_ID"] == "Kubernetes"
+    assert "ISTIO_META_NETWORK" not in env
+    pod = pod_spec(result)
+    assert "imagePullSecrets" not in pod
+    assert "imagePullPolicy" not in pod["containers"][0]
+    assert all(NETWORK not in obj["metadata"]["labels"] for obj in result.objects)
+
+
+def test_cluster_network_and_pulls_follow_the_mesh() -> None:
+    spec = AmbientMeshSpec.model_validate(
+        {
+            "multiCluster": {"clusterName": "west-1"},
+            "network": "net-west",
+            "images": {"pullSecrets": ["reg-a", "reg-b"], "pullPolicy": "Always"},
+        }
+    )
+    result = render(gateway(), spec=spec)
+    env = proxy_env(result)
+    assert (env["ISTIO_META_CLUSTER_ID"], env["ISTIO_META_NETWORK"]) == ("west-1", "net-west")
+    pod = pod_spec(result)
+    assert pod["imagePullSecrets"] == [{"name": "reg-a"}, {"name": "reg-b"}]
+    assert pod["containers"][0]["imagePullPolicy"] == "Always"
+    # istiod labels every object of a waypoint with the mesh's network, the pods included.
+    assert {obj["kind"]: obj["metadata"]["labels"][NETWORK] for obj in result.objects} == {
+        "ServiceAccount": "net-west",
+        "Deployment": "net-west",
+        "Service": "net-west",
+    }
+    assert by_kind(result)["Deployment"]["spec"]["template"]["metadata"]["labels"][NETWORK] == (
+        "net-west"
+    )
+    # The ServiceAccount carries no pull secrets: istiod's template gives them to the pod.
+    assert "imagePullSecrets" not in by_kind(result)["ServiceAccount"]
+
+
+@pytest.mark.parametrize(
+    ("own", "infra", "mesh", "label", "meta"),
+    [
+        # The Gateway's own label names the network, and with no infrastructure
+        # labels istiod copies it (as it copies all of the Gateway's own labels).
+        ("net-east", None, "net-west", "net-east", "net-east"),
+        ("net-east", None, None, "net-east", "net-east"),
+        # With infrastructure labels the own ones are not copied, and the own
+        # label still keeps the mesh's off: no label, the mesh's network.
+        ("net-east", {"team": "a"}, "net-west", None, "net-west"),
+        # Without an own label the mesh's network beats an infrastructure one...
+        (None, {NETWORK: "net-east"}, "net-west", "net-west", "net-west"),
+        # ...which names the network when the mesh has none.
+        (None, {NETWORK: "net-east"}, None, "net-east", "net-east"),
+        (None, None, None, None, None),
+    ],
+)
+def test_the_network_label_and_env_follow_istiods_precedence(
+    own: str | None,
+    infra: dict[str, str] | None,
+    mesh: str | None,
+    label: str | None,
+    meta: str | None,
+) -> None:
+    spec = AmbientMeshSpec.model_validate({"network": mesh} if mesh else {})
+    result = render(
+        gateway(
+            labels={NETWORK: own} if own else None,
+            infrastructure={"labels": infra} if infra is not None else None,
+        ),
+        spec=spec,
+    )
+    assert {obj["metadata"]["labels"].get(NETWORK) for obj in result.objects} == {label}
+    pod_labels = by_kind(result)["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels.get(NETWORK) == label
+    assert proxy_env(result).get("ISTIO_META_NETWORK") == meta
+
+
+@pytest.mark.parametrize(
+    ("istiod", "ca", "discovery"),
+    [
+        ({}, "istiod.istio-system.svc:15012", "istiod.istio-system.svc:15012"),
+        ({"address": "mesh.example:443"}, "mesh.example:443", "mesh.example:443"),
+        (
+            {"address": "mesh.example:443", "caAddress": "ca.example:15012"},
+            "ca.example:15012",
+            "mesh.example:443",
+        ),
+        (
+            {"address": "mesh.example:443", "xdsAddress": "xds.example:15012"},
+            "mesh.example:443",
+            "xds.example:15012",
+        ),
+        (
+            {"revision": "canary", "caAddress": "ca.example:15012"},
+            "ca.example:15012",
+            "istiod-canary.istio-system.svc:15012",
+        ),
+        (
+            {"caAddress": "ca.example:15012", "xdsAddress": "xds.example:15012"},
+            "ca.example:15012",
+            "xds.example:15012",
+        ),
+    ],
+)
+def test_ca_and_discovery_addresses_each_beat_address_which_beats_the_service(
+    istiod: dict[str, str], ca: str, discovery: str
+) -> None:
+    result = render(gateway(), spec=AmbientMeshSpec.model_validate({"istiod": istiod}))
+    env = proxy_env(result)
+    assert env["CA_ADDR"] == ca
+    assert env["PROXY_CONFIG"] == f'{{"discoveryAddress":"{discovery}"}}'
+
+
+def test_waypoint_templates_fit_on_a_screen() -> None:
+    # The project's rule for templates (tests/test_render.py checks the agents' own).
+    folder = Path(__file__).resolve().parents[1] / "templates"
+    found = sorted([*folder.glob("waypoint-*.j2"), *folder.glob("_waypoint-*.j2")])
+    assert len(found) >= 8, found
+    for path in found:
+        lines = path.read_text().splitlines()
+        assert len(lines) <= 60, path.name
+        assert max(len(line) for line in lines) <= 100, path.name
+
+
 # -- settings precedence and Linux pinning ---------------------------------------------------
 
 
@@ -584,14 +735,22 @@ def _all_rendered() -> list[dict[str, Any]]:
                 "tolerations": "[{key: dedicated, operator: Exists, effect: NoSchedule}]",
             }
         },
+        # Every optional field the Deployment can carry, for the schemas to judge.
+        spec=AmbientMeshSpec.model_validate(
+            {
+                "multiCluster": {"clusterName": "west-1"},
+                "network": "net-west",
+                "images": {"pullSecrets": ["reg-a"], "pullPolicy": "IfNotPresent"},
+            }
+        ),
     )
     assert [obj["kind"] for obj in result.objects] == ["ServiceAccount", "Deployment", "Service"], (
         result.accepted
     )
-    objects = [prepare(obj, owner, wr.CONTROLLER) for obj in result.objects]
-    overlay, _ = wr.pin_class_defaults("spec:\n  replicas: 2\n")
+    objects = [prepare(obj, owner, CONTROLLER) for obj in result.objects]
+    overlay, _ = pin_class_defaults("spec:\n  replicas: 2\n")
     assert overlay is not None
-    objects.append(wr.render_class_defaults(wr.CLASS_DEFAULTS_NAME, "istio-system", overlay))
+    objects.append(render_class_defaults(CLASS_DEFAULTS_NAME, "istio-system", overlay))
     return objects
 
 
@@ -614,20 +773,20 @@ def test_gateway_class_is_ours() -> None:
     spec = AmbientMeshSpec.model_validate(
         {"waypoints": {"className": "wp", "controllerName": "example.com/wp"}}
     )
-    cls = wr.render_gateway_class(spec)
+    cls = render_gateway_class(spec)
     assert cls["metadata"]["name"] == "wp"
     assert cls["spec"]["controllerName"] == "example.com/wp"
     assert len(cls["spec"]["description"]) <= 64  # Gateway API's limit
-    assert wr.class_is_ours(cls, "example.com/wp")
-    assert not wr.class_is_ours(cls, c.ISTIO_MESH_CONTROLLER)
-    assert not wr.class_is_ours(None, "example.com/wp")
+    assert class_is_ours(cls, "example.com/wp")
+    assert not class_is_ours(cls, c.ISTIO_MESH_CONTROLLER)
+    assert not class_is_ours(None, "example.com/wp")
 
 
 def test_class_with_bad_parameters_is_not_accepted() -> None:
     cls = gateway_class(params_ref("nope", namespace="istio-system"))
-    verdict = wr.class_verdict(cls, {})
+    verdict = class_verdict(cls, {})
     assert (verdict.status, verdict.reason) == ("False", "InvalidParameters")
-    assert wr.class_verdict(gateway_class(), {}).status == "True"
+    assert class_verdict(gateway_class(), {}).status == "True"
 
 
 # -- istiod's class defaults ----------------------------------------------------------------
@@ -643,19 +802,19 @@ def test_class_defaults_keep_user_content_and_add_the_pin() -> None:
             },
         }
     )
-    merged, problem = wr.pin_class_defaults(user)
+    merged, problem = pin_class_defaults(user)
     assert problem is None and merged is not None
     doc = yaml.safe_load(merged)
     assert doc["metadata"] == {"annotations": {"team": "mesh"}}
     assert doc["spec"]["replicas"] == 2
     assert doc["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "infra", c.LABEL_OS: "linux"}
     # Idempotent: a pinned overlay needs no write.
-    assert wr.pin_class_defaults(merged) == (None, None)
+    assert pin_class_defaults(merged) == (None, None)
 
 
 @pytest.mark.parametrize("text", [None, "", "   \n"])
 def test_class_defaults_from_nothing(text: str | None) -> None:
-    merged, problem = wr.pin_class_defaults(text)
+    merged, problem = pin_class_defaults(text)
     assert problem is None
     assert yaml.safe_load(merged or "") == {
         "spec": {"template": {"spec": {"nodeSelector": {c.LABEL_OS: "linux"}}}}
@@ -664,7 +823,7 @@ def test_class_defaults_from_nothing(text: str | None) -> None:
 
 @pytest.mark.parametrize("text", ["[1, 2]", "spec: [a]", "spec: {template: 3}", "a: [", ": :"])
 def test_unreadable_class_defaults_are_left_alone(text: str) -> None:
-    merged, problem = wr.pin_class_defaults(text)
+    merged, problem = pin_class_defaults(text)
     assert merged is None and problem
 
 
@@ -719,7 +878,7 @@ def _status(
     gw: dict[str, Any], programmed: Verdict, svc: dict[str, Any] | None, now: str = NOW
 ) -> dict[str, Any]:
     return ws.gateway_status(
-        gw, ACCEPTED, programmed, wr.check_listeners(gw), svc, "cluster.local", now
+        gw, ACCEPTED, programmed, check_listeners(gw), svc, "cluster.local", now
     )
 
 
@@ -845,7 +1004,7 @@ def test_merged_addresses_keep_what_was_reported(
 
 def test_class_status() -> None:
     cls = gateway_class()
-    verdict = wr.class_verdict(cls, {})
+    verdict = class_verdict(cls, {})
     desired = ws.class_status(cls, verdict, NOW)
     (cond,) = desired["conditions"]
     assert (cond["type"], cond["status"], cond["reason"]) == ("Accepted", "True", "Accepted")
@@ -925,4 +1084,4 @@ def test_cli_gateway_shape() -> None:
         "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}],
     }
     assert gw["metadata"]["labels"] == {c.LABEL_WAYPOINT_FOR: "all"}
-    assert wr.is_waypoint(gw)
+    assert is_waypoint(gw)

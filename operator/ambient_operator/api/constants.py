@@ -41,6 +41,11 @@ LABEL_WINDOWS_BUILD: Final = "node.kubernetes.io/windows-build"
 LABEL_DATAPLANE_MODE: Final = "istio.io/dataplane-mode"
 # The Istio revision an object belongs to (label on namespaces, annotation on ztunnel).
 LABEL_REVISION: Final = "istio.io/rev"
+# The network of a multi-network mesh: istiod reads it from its namespace, and
+# writes it on each waypoint.
+LABEL_NETWORK: Final = "topology.istio.io/network"
+# istiod's and the proxies' cluster name when none is given.
+DEFAULT_CLUSTER_ID: Final = "Kubernetes"
 ANNOTATION_REDIRECTION: Final = "ambient.istio.io/redirection"
 LABEL_USE_WAYPOINT: Final = "istio.io/use-waypoint"
 LABEL_USE_WAYPOINT_NAMESPACE: Final = "istio.io/use-waypoint-namespace"

@@ -351,19 +351,23 @@ class Images(ApiModel):
     )
     variant: Literal["debug", "distroless"] | None = Field(
         default=None,
-        description="Image variant appended to the tag of the Linux images "
+        description="Image variant appended to the tag of the Linux images, agents' and waypoints' "
         "(<hub>/<name>:<tag>-<variant>), as the charts' variant value does. Windows images "
-        "have no variants and ignore it.",
+        "have no variants and ignore it",
     )
     pull_policy: PullPolicy | None = Field(
         default=None,
-        description="imagePullPolicy of every agent container on every OS. Unset: Kubernetes "
-        "decides (Always for :latest, else IfNotPresent).",
+        description="imagePullPolicy of every agent container on every OS, of each "
+        "waypoint's proxy (istiod's global.imagePullPolicy) and of the redirection-wait "
+        "init container. Unset: "
+        "Kubernetes decides (Always for :latest, else IfNotPresent; the init container "
+        "IfNotPresent)",
     )
     pull_secrets: PullSecrets | None = Field(
         default=None,
-        description="Secrets in spec.namespace to pull the agent images with, set on the "
-        "agents' ServiceAccounts (Linux and Windows), as the charts' imagePullSecrets do.",
+        description="Names of Secrets to pull images with, as the charts' imagePullSecrets: on the "
+        "agents' ServiceAccounts (Secrets in spec.namespace, Linux and Windows) and on every "
+        "waypoint pod (Secrets in its Gateway's namespace, as istiod's global.imagePullSecrets)",
     )
     ztunnel: ComponentImage = ComponentImage()
     istio_cni: ComponentImage = ComponentImage()
@@ -385,15 +389,16 @@ class Istiod(ApiModel):
         Annotated[str, Field(max_length=253, pattern=r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")] | None
     ) = Field(
         default=None,
-        description="host:port of the CA alone (ztunnel's CA_ADDRESS, the chart's caAddress); "
-        "overrides address.",
+        description="host:port of the CA alone (ztunnel's CA_ADDRESS, the chart's caAddress; a "
+        "waypoint's CA_ADDR, istiod's global.caAddress); overrides address",
     )
     xds_address: (
         Annotated[str, Field(max_length=253, pattern=r"^[A-Za-z0-9.-]+:[0-9]{1,5}$")] | None
     ) = Field(
         default=None,
-        description="host:port of XDS alone (ztunnel's XDS_ADDRESS, the chart's xdsAddress); "
-        "overrides address.",
+        description="host:port of XDS alone (ztunnel's XDS_ADDRESS, the chart's xdsAddress; a "
+        "waypoint's discoveryAddress, istiod's meshConfig.defaultConfig.discoveryAddress); "
+        "overrides address",
     )
 
     def dialled_as_written(self) -> bool:
@@ -844,9 +849,9 @@ class MultiCluster(ApiModel):
 
     cluster_name: Annotated[str, Field(max_length=253, pattern=_MESH_NAME)] | None = Field(
         default=None,
-        description="The cluster's name, which must be istiod's (ztunnel's "
-        "ISTIO_META_CLUSTER_ID, the chart's multiCluster.clusterName), on Linux and Windows. "
-        "Unset: Kubernetes, istiod's default.",
+        description="The cluster's name, which must be istiod's: ISTIO_META_CLUSTER_ID of ztunnel "
+        "(Linux and Windows) and of waypoints (the charts' multiCluster.clusterName, istiod's "
+        "global.multiCluster.clusterName). Unset: Kubernetes, istiod's default",
     )
 
 
@@ -880,12 +885,15 @@ class AmbientMeshSpec(ApiModel):
     log_level: LogLevel = "info"
     multi_cluster: MultiCluster = MultiCluster()
     resource_quotas: ResourceQuotas = ResourceQuotas()
-    network: Annotated[str, Field(max_length=253, pattern=_MESH_NAME)] | None = Field(
+    network: Annotated[str, Field(max_length=63, pattern=_MESH_NAME)] | None = Field(
         default=None,
-        description="The network this cluster's agents are on (ztunnel's NETWORK, the charts' "
-        "network or global.network), on Linux and Windows. A multi-network mesh also needs "
-        "the label topology.istio.io/network on spec.namespace and istiod's "
-        "AMBIENT_ENABLE_MULTI_NETWORK (docs/coming-from-helm.md).",
+        description="The network this cluster's agents and waypoints are on: ztunnel's "
+        "NETWORK (the charts' network or global.network) on Linux and Windows, and a waypoint's "
+        "ISTIO_META_NETWORK and topology.istio.io/network label unless its Gateway's own "
+        "label names another, as istiod's global.network does (docs/waypoints.md). A label "
+        "value, so 63 characters at most. A multi-network mesh also needs the label "
+        "topology.istio.io/network on spec.namespace and istiod's AMBIENT_ENABLE_MULTI_NETWORK "
+        "(docs/coming-from-helm.md)",
     )
     waypoints: Waypoints = Waypoints()
     node_readiness: NodeReadiness = NodeReadiness()

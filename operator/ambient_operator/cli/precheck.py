@@ -26,7 +26,7 @@ from ambient_operator.cluster.facts import NodeFacts
 from ambient_operator.kube.client import Kube, KubeError
 from ambient_operator.kube.credentials import CredentialsError, load_credentials
 from ambient_operator.kube.resources import KINDS, Kind
-from ambient_operator.render import waypoints as wr
+from ambient_operator.render.waypoints.listeners import is_waypoint
 from ambient_operator.status import precheck as p
 from ambient_operator.webhook import decide as d
 from ambient_operator.webhook.config import CONFIG_NAME
@@ -188,7 +188,7 @@ def snapshot(kube: Kube) -> p.Snapshot:
     }
     gateways = read.items(KINDS[(c.GATEWAY_API_VERSION, "Gateway")]) if crds else []
     waypoints = {
-        (str(gw["metadata"].get("namespace")), str(gw["metadata"]["name"])): wr.is_waypoint(gw)
+        (str(gw["metadata"].get("namespace")), str(gw["metadata"]["name"])): is_waypoint(gw)
         for gw in gateways
     }
     facts = []

@@ -7,7 +7,7 @@ import asyncio
 from ambient_operator.cluster.enrollment import carries_ambient_labels, namespace_problems
 from ambient_operator.cluster.state import ClusterState
 from ambient_operator.kube.client import Kube
-from ambient_operator.render import waypoints as wr
+from ambient_operator.render.waypoints.listeners import is_waypoint
 from ambient_operator.status.events import EventRecorder
 
 
@@ -25,7 +25,7 @@ class NamespaceChecker:
         Near misses count: `data-plane-mode: ambient` enrolls nothing, and
         without a word from us nothing says so.
         """
-        waypoints = {key: wr.is_waypoint(gw) for key, gw in self.state.gateways.items()}
+        waypoints = {key: is_waypoint(gw) for key, gw in self.state.gateways.items()}
         for name, ns in sorted(self.state.namespaces.items()):
             labels = ns.get("labels") or {}
             if not carries_ambient_labels(labels):

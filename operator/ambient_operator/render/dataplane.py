@@ -68,9 +68,6 @@ BROKEN_POD_LABEL = {
     "REPAIR_BROKEN_POD_LABEL_KEY": "cni.istio.io/uninitialized",
     "REPAIR_BROKEN_POD_LABEL_VALUE": "true",
 }
-# ztunnel's cluster ID when the chart's multiCluster.clusterName is unset,
-# which is also istiod's default: one cluster, no name of its own.
-ZTUNNEL_CLUSTER_ID = "Kubernetes"
 # Where the chart's peerCaCrl has ztunnel read the plugged-in CA's revocation list.
 CRL_PATH = "/var/run/secrets/istio/crl/ca-crl.pem"
 
@@ -339,7 +336,7 @@ def _ztunnel_env(spec: AmbientMeshSpec, plat: _Platform) -> list[dict[str, Any]]
     # The Linux template says the cluster itself; on Windows it is said here, as
     # the experiment's own manifest does.
     if plat.windows:
-        cluster = spec.multi_cluster.cluster_name or ZTUNNEL_CLUSTER_ID
+        cluster = spec.multi_cluster.cluster_name or c.DEFAULT_CLUSTER_ID
         env.append({"name": "ISTIO_META_CLUSTER_ID", "value": cluster})
     if spec.network:
         env.append({"name": "NETWORK", "value": spec.network})
@@ -362,7 +359,7 @@ def _ztunnel(
     )
     if not plat.windows:
         values["istiod"] = v.linux_istiod(spec)
-        values["cluster_id"] = spec.multi_cluster.cluster_name or ZTUNNEL_CLUSTER_ID
+        values["cluster_id"] = spec.multi_cluster.cluster_name or c.DEFAULT_CLUSTER_ID
         values["cpu_env"] = _cpu_env(spec.ztunnel.resources)
         values["peer_ca_crl"] = spec.ztunnel.peer_ca_crl
         values["volumes"] = _dumped(spec.ztunnel.volumes)

@@ -48,9 +48,6 @@ OLDEST_GATEWAY_API = (1, 4)
 UPSTREAM_AGENTS = {"ztunnel": "ztunnel", "istio-cni-node": "istio-cni"}
 UPSTREAM_POD_LABELS = {("app", "ztunnel"): "ztunnel", ("k8s-app", "istio-cni-node"): "istio-cni"}
 MAX_ITEMS = 20
-# istiod's and ztunnel's cluster name when none is given.
-DEFAULT_CLUSTER_ID = "Kubernetes"
-NETWORK_LABEL = "topology.istio.io/network"
 
 
 # How much a finding matters; the exit code is 1 when any is blocking.
@@ -337,8 +334,8 @@ def _multi_cluster(snap: Snapshot) -> list[Finding]:
     if skipped:
         return skipped
     # What istiod's chart renders from global.multiCluster.clusterName (default Kubernetes).
-    istiod_cluster = _env(snap.istiod).get("CLUSTER_ID", DEFAULT_CLUSTER_ID)
-    agents_cluster = snap.spec.multi_cluster.cluster_name or DEFAULT_CLUSTER_ID
+    istiod_cluster = _env(snap.istiod).get("CLUSTER_ID", c.DEFAULT_CLUSTER_ID)
+    agents_cluster = snap.spec.multi_cluster.cluster_name or c.DEFAULT_CLUSTER_ID
     out: list[Finding] = []
     if istiod_cluster != agents_cluster:
         out += _one(
@@ -350,13 +347,13 @@ def _multi_cluster(snap: Snapshot) -> list[Finding]:
             f"certificates. Set spec.multiCluster.clusterName to {istiod_cluster}",
         )
     labels = snap.namespaces.get(snap.spec.namespace, {})
-    label = labels.get(NETWORK_LABEL)
+    label = labels.get(c.LABEL_NETWORK)
     if (snap.spec.network or None) != (label or None):
         out += _one(
             "multi-cluster",
             WARNING,
             f"the agents' network is {snap.spec.network or 'unset'} (spec.network) but "
-            f"namespace {snap.spec.namespace} is labelled {NETWORK_LABEL}="
+            f"namespace {snap.spec.namespace} is labelled {c.LABEL_NETWORK}="
             f"{label or '(none)'}, which istiod takes as its own network: set both alike",
         )
     if out:

@@ -21,7 +21,7 @@ from typing import Any
 
 from ambient_operator.api import constants as c
 from ambient_operator.api.conditions import GatewayCondition, GatewayReason, Verdict
-from ambient_operator.render.waypoints import ListenerCheck
+from ambient_operator.render.waypoints.listeners import ListenerCheck
 
 GATEWAY_CONDITIONS = (GatewayCondition.ACCEPTED, GatewayCondition.PROGRAMMED)
 # NameConflict: another party's object holds a name the waypoint needs.

@@ -26,7 +26,15 @@ from ambient_operator.controllers.waypoints.common import (
 from ambient_operator.controllers.waypoints.priming import WaypointPriming
 from ambient_operator.kube.client import KubeError
 from ambient_operator.kube.resources import key_of
-from ambient_operator.render import waypoints as wr
+from ambient_operator.render.waypoints.class_defaults import (
+    CLASS_DEFAULTS_NAME,
+    pin_class_defaults,
+    render_class_defaults,
+)
+from ambient_operator.render.waypoints.names import CLASS_CONTROLLER, class_is_ours
+from ambient_operator.render.waypoints.objects import render_gateway_class
+from ambient_operator.render.waypoints.parameters import parameter_refs
+from ambient_operator.render.waypoints.verdicts import class_verdict
 from ambient_operator.status import waypoints as ws
 from ambient_operator.status.writer import write_status
 
@@ -54,11 +62,11 @@ class WaypointClasses(WaypointPriming):
     # -- GatewayClasses ----------------------------------------------------------------
     async def _reconcile_classes(self, mesh: dict[str, Any], spec: AmbientMeshSpec) -> None:
         owner = Owner.of(mesh)
-        desired = prepare(wr.render_gateway_class(spec), owner, wr.CLASS_CONTROLLER)
+        desired = prepare(render_gateway_class(spec), owner, CLASS_CONTROLLER)
         live = {
             key_of(obj): obj
             for obj in self.classes.values()
-            if _labels(obj).get(LABEL_CONTROLLER) == wr.CLASS_CONTROLLER
+            if _labels(obj).get(LABEL_CONTROLLER) == CLASS_CONTROLLER
             and conflict(obj, owner) is None
         }
         todo = plan([desired], live)
@@ -91,11 +99,11 @@ class WaypointClasses(WaypointPriming):
                 await self._prune(obj, owner, None)
         now = self.clock()
         for name, gateway_class in sorted(self.classes.items()):
-            if not wr.class_is_ours(gateway_class, spec.waypoints.controller_name):
+            if not class_is_ours(gateway_class, spec.waypoints.controller_name):
                 continue
-            refs = wr.parameter_refs({}, gateway_class, spec.namespace)
+            refs = parameter_refs({}, gateway_class, spec.namespace)
             await self._load_config_maps(refs, f"class:{name}")
-            verdict = wr.class_verdict(gateway_class, self._config_data(), spec.namespace)
+            verdict = class_verdict(gateway_class, self._config_data(), spec.namespace)
             desired_status = ws.class_status(gateway_class, verdict, now)
             if not ws.class_status_changed(desired_status, gateway_class.get("status")):
                 continue
@@ -145,16 +153,15 @@ class WaypointClasses(WaypointPriming):
                 self.on_config_map("MODIFIED", found)
         if not targets:
             existing = await self._call(
-                self.kube.get, CONFIG_MAP, wr.CLASS_DEFAULTS_NAME, spec.namespace
+                self.kube.get, CONFIG_MAP, CLASS_DEFAULTS_NAME, spec.namespace
             )
             targets = [
-                existing
-                or {"metadata": {"name": wr.CLASS_DEFAULTS_NAME, "namespace": spec.namespace}}
+                existing or {"metadata": {"name": CLASS_DEFAULTS_NAME, "namespace": spec.namespace}}
             ]
         for cm in targets:
             meta = cm["metadata"]
             text = (cm.get("data") or {}).get("deployment")
-            merged, problem = wr.pin_class_defaults(text)
+            merged, problem = pin_class_defaults(text)
             if problem:
                 await self._call(
                     self.events.post,
@@ -168,7 +175,7 @@ class WaypointClasses(WaypointPriming):
             labelled = _labels(cm).get(c.LABEL_DEFAULTS_FOR_CLASS) == c.ISTIO_WAYPOINT_CLASS
             if merged is None and labelled:
                 continue
-            obj = wr.render_class_defaults(
+            obj = render_class_defaults(
                 meta["name"], meta["namespace"], merged if merged is not None else text or ""
             )
             # The stand-in for a ConfigMap that does not exist has no uid.

@@ -23,7 +23,15 @@ from ambient_operator.controllers.waypoints.common import (
 )
 from ambient_operator.kube.client import KubeError
 from ambient_operator.kube.resources import ObjectKey, key_of, kind_of
-from ambient_operator.render import waypoints as wr
+from ambient_operator.render.waypoints.names import (
+    CONTROLLER,
+    Names,
+    class_is_ours,
+    names_of,
+    service_account_problem,
+)
+from ambient_operator.render.waypoints.parameters import parameter_refs, refusal
+from ambient_operator.render.waypoints.verdicts import WaypointRender, render_waypoint
 from ambient_operator.status import waypoints as ws
 from ambient_operator.status.writer import write_status
 
@@ -33,7 +41,7 @@ class WaypointGateways(WaypointClasses):
 
     # -- one Gateway ------------------------------------------------------------------
     async def _foreign_service_account(
-        self, key: GatewayKey, gateway: Mapping[str, Any], owner: Owner, names: wr.Names
+        self, key: GatewayKey, gateway: Mapping[str, Any], owner: Owner, names: Names
     ) -> dict[str, Any] | None:
         """The ServiceAccount named by annotation, when it exists and is not the Gateway's own.
 
@@ -44,7 +52,7 @@ class WaypointGateways(WaypointClasses):
         """
         if not names.named_account:
             return None
-        if wr.service_account_problem(names):
+        if service_account_problem(names):
             return None  # render refuses the name; it must not reach an API path
         name = names.service_account
         cached = self.objects.get(key, {}).get(("v1", "ServiceAccount", key[0], name))
@@ -121,7 +129,7 @@ class WaypointGateways(WaypointClasses):
         # is neither updated, pruned nor read for status.
         owned = self._owned(key, owner)
         gateway_class = self.classes.get(str((gateway.get("spec") or {}).get("gatewayClassName")))
-        if not wr.class_is_ours(gateway_class, spec.waypoints.controller_name):
+        if not class_is_ours(gateway_class, spec.waypoints.controller_name):
             if not await self._namespace_usable(lookup):
                 return True
             ok = True
@@ -129,11 +137,11 @@ class WaypointGateways(WaypointClasses):
                 ok = await self._prune(obj, owner, key[0]) and ok
             return ok
         await self._load_config_maps(
-            wr.parameter_refs(gateway, gateway_class, spec.namespace), f"gw:{key[0]}/{key[1]}"
+            parameter_refs(gateway, gateway_class, spec.namespace), f"gw:{key[0]}/{key[1]}"
         )
-        names = wr.names_of(gateway)
+        names = names_of(gateway)
         foreign = await self._foreign_service_account(key, gateway, owner, names)
-        result = wr.render_waypoint(
+        result = render_waypoint(
             spec, gateway, gateway_class, self._config_data(), foreign_service_account=foreign
         )
         errors: list[str] = []
@@ -141,7 +149,7 @@ class WaypointGateways(WaypointClasses):
         if result.accepted.status != "True" and not await self._namespace_usable(lookup):
             return True
         if result.accepted.status == "True":
-            prepared = [prepare(obj, owner, wr.CONTROLLER) for obj in result.objects]
+            prepared = [prepare(obj, owner, CONTROLLER) for obj in result.objects]
             todo = plan(prepared, owned)
             current, usable = await asyncio.gather(
                 self._current(todo.apply, owned, owner, conflicts, errors),
@@ -260,7 +268,7 @@ class WaypointGateways(WaypointClasses):
                 return
             except KubeError as exc:
                 log.warning("%s %s/%s: %s", obj["kind"], *key_of(obj)[2:], exc)
-                errors.append(wr.refusal(obj, exc.status, exc.message))
+                errors.append(refusal(obj, exc.status, exc.message))
                 return
             self.on_owned("MODIFIED", live)
             metrics.OBJECTS_APPLIED.labels(kind=obj["kind"]).inc()
@@ -284,7 +292,7 @@ class WaypointGateways(WaypointClasses):
         self,
         spec: AmbientMeshSpec,
         key: GatewayKey,
-        result: wr.WaypointRender,
+        result: WaypointRender,
         error: str | None,
         name_conflict: str | None = None,
     ) -> bool:

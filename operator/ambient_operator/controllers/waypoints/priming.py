@@ -23,7 +23,7 @@ from ambient_operator.controllers.waypoints.common import (
 )
 from ambient_operator.kube.client import KubeError
 from ambient_operator.kube.resources import KINDS, Kind
-from ambient_operator.render import waypoints as wr
+from ambient_operator.render.waypoints.names import CONTROLLER
 
 
 class WaypointPriming(WaypointCache):
@@ -35,7 +35,7 @@ class WaypointPriming(WaypointCache):
         The app layer lists and watches them with the rows of the cluster
         state; `mark_primed` is called once they are listed.
         """
-        ours: dict[str, str | None] = {LABEL_CONTROLLER: wr.CONTROLLER}
+        ours: dict[str, str | None] = {LABEL_CONTROLLER: CONTROLLER}
         service = KINDS[("v1", "Service")]
 
         def stub(kind: Kind, key: GatewayKey) -> dict[str, Any]:

@@ -9,7 +9,8 @@ from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.cluster.enrollment import namespace_problems
 from ambient_operator.cluster.facts import node_os
 from ambient_operator.controllers.waypoints.gateways import WaypointGateways
-from ambient_operator.render import waypoints as wr
+from ambient_operator.render.waypoints.listeners import is_waypoint
+from ambient_operator.render.waypoints.names import class_is_ours
 
 
 class WaypointReports(WaypointGateways):
@@ -33,8 +34,7 @@ class WaypointReports(WaypointGateways):
                 str((gateway.get("spec") or {}).get("gatewayClassName"))
             )
             if not (
-                wr.is_waypoint(gateway)
-                or wr.class_is_ours(gateway_class, spec.waypoints.controller_name)
+                is_waypoint(gateway) or class_is_ours(gateway_class, spec.waypoints.controller_name)
             ):
                 continue
             await self._call(
@@ -49,7 +49,7 @@ class WaypointReports(WaypointGateways):
 
     async def _check_services(self) -> None:
         """Services whose istio.io/use-waypoint names no waypoint get a Warning Event."""
-        waypoints = {key: wr.is_waypoint(gw) for key, gw in self.gateways.items()}
+        waypoints = {key: is_waypoint(gw) for key, gw in self.gateways.items()}
         for (namespace, _), service in sorted(self.services.items()):
             for reason, message in namespace_problems(
                 namespace, service["labels"], waypoints, enrollment=False
