@@ -60,10 +60,11 @@ def _example() -> list[str]:
 
 
 def _table(chart: str) -> list[str]:
-    lines = ["| Value | AmbientMesh field | Windows agents |", "|---|---|---|"]
+    lines = ["| Value | AmbientMesh field | Windows agents | Note |", "|---|---|---|---|"]
     for path, entry in ENTRIES[chart].items():
         if isinstance(entry, Carried):
-            lines.append(f"| `{path}` | `{entry.field}` | {_cell(entry.windows)} |")
+            cells = (f"`{path}`", f"`{entry.field}`", _cell(entry.windows), _cell(entry.note))
+            lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 

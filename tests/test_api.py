@@ -197,6 +197,20 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         ),
         "spec.ztunnel",
     ),
+    (
+        "affinity-term-without-expressions",
+        _mesh(platforms={"linux": {"nodeAffinity": [{"matchExpressions": []}]}}),
+        "spec.platforms.linux.nodeAffinity[0].matchExpressions",
+    ),
+    (
+        "affinity-unknown-operator",
+        _mesh(
+            platforms={
+                "linux": {"nodeAffinity": [{"matchExpressions": [{"key": "a", "operator": "Is"}]}]}
+            }
+        ),
+        "spec.platforms.linux.nodeAffinity[0].matchExpressions[0].operator",
+    ),
 ]
 
 # Every field Istio's chart values become, set at once: valid, and kept as written.

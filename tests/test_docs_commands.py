@@ -227,6 +227,9 @@ def test_the_installation_table_lists_what_the_issue_found_missing() -> None:
     assert {
         (agents, "", "resourcequotas", v, ()) for v in ("get", "create", "patch", "delete")
     } <= stated
+    policies = ("networking.k8s.io", "networkpolicies")
+    assert {(cluster, *policies, v, ()) for v in ("list", "watch")} <= stated
+    assert {(agents, *policies, v, ()) for v in ("get", "create", "patch", "delete")} <= stated
     webhook = ("admissionregistration.k8s.io", "mutatingwebhookconfigurations")
     assert (cluster, *webhook, "create", ("ambient-operator",)) in stated
     # ConfigMaps: read across the cluster, written only in the agents' namespaces.
@@ -293,8 +296,9 @@ def test_what_installation_md_says_the_operator_may_write(
     }
     statuses = {r for w, _, r, _, _ in writes if w == cluster and r.endswith("/status")}
     assert statuses == {"ambientmeshes/status", "gateways/status", "gatewayclasses/status"}
-    # "DaemonSets, ConfigMaps and ResourceQuotas are written only in agents.namespaces."
-    for resource in ("daemonsets", "configmaps", "resourcequotas"):
+    # "DaemonSets, ConfigMaps, ResourceQuotas and NetworkPolicies are written only in
+    # agents.namespaces."
+    for resource in ("daemonsets", "configmaps", "resourcequotas", "networkpolicies"):
         where = {w for w, _, r, _, _ in writes if r == resource}
         assert where == {agents}, resource
     # "A GatewayClass may be created under any name ... but changed or deleted

@@ -387,6 +387,10 @@ def run(tmp_path: Path, capsys: pytest.CaptureFixture[str], **files: str) -> tup
         ),
         ({"istiod": "trustedZtunnelName: zt\n"}, "istiod: trustedZtunnelName: "),
         (
+            {"ztunnel": "affinity:\n  podAntiAffinity: {}\n"},
+            "ztunnel: affinity: only affinity.nodeAffinity.requiredDuringScheduling",
+        ),
+        (
             {"ztunnel": "multiCluster:\n  clusterName: 'bad name'\n"},
             "spec.multiCluster.clusterName",
         ),

@@ -22,6 +22,9 @@ here):
   (host-network agents: their pods wait for the old ones' ports and start
   once those leave, as in their own rollout without surge); then the old
   ones are pruned and every new one becomes Ready;
+- spec.networkPolicy.enabled with somebody else's NetworkPolicy under istio-cni's
+  policy's name: NameConflict, theirs untouched, ztunnel's written with upstream's
+  rules; once the name is free ours takes it, and turning the flag off prunes both;
 - and not one request of the operator answered Forbidden.
 
 Without the chart (standalone, the operator keeps the istio-cni RBAC), the
@@ -83,6 +86,7 @@ TIMEOUT = 120.0
 # The in-process operator without the chart, as its own user (system:masters).
 STANDALONE_USER = "ambient-operator-standalone"
 CNI = "istio-cni"
+_NAME = "app.kubernetes.io/name"
 GROUP, VERSION, PLURAL = c.API_GROUP, c.API_VERSION, c.PLURAL
 DATAPLANE_PATHS = ("/daemonsets", "/configmaps", "/serviceaccounts", "/clusterrole")
 
@@ -701,6 +705,93 @@ def test_a_move_to_a_clean_namespace_is_make_before_break(
     # And back, the same way, for the modules that follow.
     set_namespace(k8s, AGENTS)
     wait_for(lambda: not ours(k8s, CLEAN, uid), TIMEOUT, f"the agents in {CLEAN} pruned")
+    wait_converged(operator, k8s)
+
+
+# What upstream's charts' NetworkPolicies admit (templates/networkpolicy.yaml of
+# each), and the selector of our Linux DaemonSets, literally.
+ZTUNNEL_POLICY = {
+    "podSelector": {"matchLabels": {"ambientoperator.io/platform": "linux", _NAME: "ztunnel"}},
+    "policyTypes": ["Ingress", "Egress"],
+    "ingress": [
+        {"ports": [{"protocol": "TCP", "port": 15021}]},
+        {"ports": [{"protocol": "TCP", "port": 15020}]},
+        {"ports": [{"protocol": "TCP", "port": 15000}]},
+        {"ports": [{"protocol": "TCP", "port": 15008}]},
+        {"ports": [{"protocol": "TCP", "port": 15001}]},
+        {"ports": [{"protocol": "TCP", "port": 15006}]},
+        {"ports": [{"protocol": "TCP", "port": 15053}, {"protocol": "UDP", "port": 15053}]},
+    ],
+    "egress": [{}],
+}
+CNI_POLICY = {
+    "podSelector": {"matchLabels": {"ambientoperator.io/platform": "linux", _NAME: CNI}},
+    "policyTypes": ["Ingress", "Egress"],
+    "ingress": [
+        {"ports": [{"protocol": "TCP", "port": 15014}]},
+        {"ports": [{"protocol": "TCP", "port": 8000}]},
+    ],
+    "egress": [{}],
+}
+
+
+def _policy(k8s: client.ApiClient, name: str) -> Any:
+    try:
+        return client.NetworkingV1Api(k8s).read_namespaced_network_policy(name, AGENTS)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        return None
+
+
+def _spec_of(k8s: client.ApiClient, policy: Any) -> Any:
+    return k8s.sanitize_for_serialization(policy.spec)
+
+
+def test_network_policies_follow_the_spec_and_leave_a_foreign_one_alone(
+    k8s: client.ApiClient, operator: Running
+) -> None:
+    net = client.NetworkingV1Api(k8s)
+    uid = wait_converged(operator, k8s)
+    assert _policy(k8s, "ztunnel") is None and _policy(k8s, CNI) is None
+    # Somebody else's policy under the name of istio-cni's, as a Helm install leaves it.
+    foreign_spec = {"podSelector": {"matchLabels": {"k8s-app": "istio-cni-node"}}}
+    net.create_namespaced_network_policy(
+        AGENTS,
+        {"metadata": {"name": CNI, "labels": {c.LABEL_MANAGED_BY: "Helm"}}, "spec": foreign_spec},
+        field_manager="helm",
+    )
+    foreign = snapshot(_policy(k8s, CNI))
+    patch_spec(k8s, {"networkPolicy": {"enabled": True}})
+    try:
+        cond = wait_reconciled(operator, k8s, "NameConflict")
+        assert f"NetworkPolicy {AGENTS}/{CNI}" in cond["message"], cond["message"]
+        ztunnel = wait_for(lambda: _policy(k8s, "ztunnel"), TIMEOUT, "ztunnel's NetworkPolicy")
+        assert owned_by(ztunnel, uid)
+        assert _spec_of(k8s, ztunnel) == ZTUNNEL_POLICY
+        passes_later(operator)
+        assert snapshot(_policy(k8s, CNI)) == foreign
+        assert _spec_of(k8s, _policy(k8s, CNI))["podSelector"] == foreign_spec["podSelector"]
+        # Once the name is free, the operator's own policy takes it.
+        net.delete_namespaced_network_policy(CNI, AGENTS)
+        wait_converged(operator, k8s)
+        cni = wait_for(
+            lambda: (found := _policy(k8s, CNI)) is not None and owned_by(found, uid) and found,
+            TIMEOUT,
+            "istio-cni's NetworkPolicy",
+        )
+        assert _spec_of(k8s, cni) == CNI_POLICY
+    finally:
+        with contextlib.suppress(ApiException):
+            if _policy(k8s, CNI) is not None and not owned_by(_policy(k8s, CNI), uid):
+                net.delete_namespaced_network_policy(CNI, AGENTS)
+        # A merge patch's null removes the field: the default, no NetworkPolicies.
+        patch_spec(k8s, {"networkPolicy": None})
+    wait_for(
+        lambda: _policy(k8s, "ztunnel") is None and _policy(k8s, CNI) is None,
+        TIMEOUT,
+        "the NetworkPolicies pruned",
+    )
     wait_converged(operator, k8s)
 
 

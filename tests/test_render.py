@@ -707,6 +707,42 @@ def test_user_selector_and_tolerations_exclude_nodes() -> None:
     assert {"key": "CriticalAddonsOnly", "operator": "Exists"} in spec["tolerations"]
 
 
+def test_node_affinity_narrows_the_linux_agents_and_the_verdicts_say_why() -> None:
+    pool = NodeFacts(
+        "l-pool", "linux", "amd64", None, False,
+        {c.LABEL_OS: "linux", c.LABEL_ARCH: "amd64", "pool": "mesh"},
+    )  # fmt: skip
+    term = {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["mesh"]}]}
+    result = render(
+        nodes=(pool, linux("l-other")), spec={"platforms": {"linux": {"nodeAffinity": [term]}}}
+    )
+    verdicts = {v.node: v for v in result.verdicts}
+    assert verdicts["l-pool"].supported
+    assert (verdicts["l-other"].reason, verdicts["l-other"].message) == (
+        "ExcludedBySpec",
+        "the node matches none of the terms of spec.platforms.linux.nodeAffinity",
+    )
+    for name in ("ztunnel", "istio-cni-node"):
+        assert pod(result, name)["affinity"] == {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": c.LABEL_ARCH,
+                                    "operator": "In",
+                                    "values": ["amd64", "arm64"],
+                                },
+                                {"key": "pool", "operator": "In", "values": ["mesh"]},
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
+
+
 def test_rbac_is_least_privilege() -> None:
     result = render()
     role = obj(result, "ClusterRole", "istio-cni")

@@ -194,7 +194,8 @@ def views(objects: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             view = {k: v for k, v in view.items() if k != "rules"}
         if obj["kind"] == "ServiceAccount" and obj["metadata"]["name"] in grants:
             view = {**view, "granted": grants[obj["metadata"]["name"]]}
-        out[key] = key_lists(view, key)
+        # A NetworkPolicy's rules are ordered lists of unnamed ports: compared as they are.
+        out[key] = view if obj["kind"] == "NetworkPolicy" else key_lists(view, key)
     return out
 
 

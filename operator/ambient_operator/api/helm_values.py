@@ -51,6 +51,8 @@ class Carried:
     windows: str
     build: Builder
     kind: type | tuple[type, ...] = str
+    # What a user should know beyond the field, said in docs/coming-from-helm.md.
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,30 @@ def _to(path: str, convert: Callable[[Any], Any] = lambda x: x) -> Builder:
 
 def _given_or_none(value: Any) -> Any:
     return value or None
+
+
+def _node_affinity(value: Any) -> list[Any] | None:
+    """The required node affinity terms of a chart's affinity, which is all the operator takes.
+
+    A daemon pod's node is chosen before it is scheduled, so pod (anti-)affinity
+    and preferences cannot move it; they could only keep it off its node.
+    """
+    if not value:
+        return None
+    node = value.get("nodeAffinity") if isinstance(value, dict) else None
+    if set(value) != {"nodeAffinity"} or not isinstance(node, dict):
+        raise ValueError(
+            "only affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution is "
+            "carried: a daemon pod's node is fixed before scheduling, so pod (anti-)affinity "
+            "cannot move it"
+        )
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if set(node) != {"requiredDuringSchedulingIgnoredDuringExecution"} or not required:
+        raise ValueError("preferred node affinity cannot move a daemon pod: give required terms")
+    terms = required.get("nodeSelectorTerms") or []
+    if any(set(t) != {"matchExpressions"} for t in terms):
+        raise ValueError("only terms of matchExpressions are carried (no matchFields)")
+    return list(terms)
 
 
 def _bool(value: Any) -> bool:
@@ -160,11 +186,19 @@ _HELM_NAMES = "names the objects of a Helm install; the operator's objects have 
 _SCOPE = (
     "splits a Helm install between cluster and namespace administrators; the operator writes both"
 )
-_NETWORK_POLICY = "the operator renders no NetworkPolicy for the agents yet: not carried"
+_NETWORK_POLICY = (
+    "not applied: Windows agents are HostProcess pods on the host network, where "
+    "NetworkPolicies do not apply; each policy selects its agent's Linux pods only"
+)
 _WIN_OBJECTS = "applied to the Windows DaemonSets and ServiceAccount too"
 _WIN_TOLERATIONS = "not applied: Windows agents take spec.platforms.windows.tolerations"
 _QUOTAS = "applied: one quota per agent serves every OS"
 _NO_SELINUX = "not applied: Windows has no SELinux"
+_WIN_PLACEMENT = "not applied: Windows agents take spec.platforms.windows' placement"
+_PAIR = (
+    "Both Linux agents take it: a node with one agent of the pair breaks its pods, and the "
+    "nodes it leaves out are reported as ExcludedBySpec."
+)
 _HOST_FILES = "not applied: Windows HostProcess pods see the host's file system"
 _HOST_DNS = "not applied: Windows HostProcess pods resolve with the host"
 _WIN_OWNED = "not applied: the Windows ConfigMaps chain to the node's own CNI file"
@@ -192,7 +226,9 @@ ZTUNNEL: dict[str, Entry] = {
         _to("images.ztunnel.linux"),
     ),
     "network": Carried("spec.network", _WIN_ENV, _to("network")),
-    "global.networkPolicy.enabled": Fixed(_NETWORK_POLICY, accepts=(False,)),
+    "global.networkPolicy.enabled": Carried(
+        "spec.networkPolicy.enabled", _NETWORK_POLICY, _to("networkPolicy.enabled", _bool), bool
+    ),
     "resourceName": Fixed(_HELM_NAMES, accepts=("", "ztunnel")),
     "labels": Carried("spec.ztunnel.labels", _WIN_OBJECTS, _to("ztunnel.labels", _str_map), dict),
     "annotations": Carried(
@@ -301,14 +337,19 @@ ZTUNNEL: dict[str, Entry] = {
         "spec.ztunnel.dnsConfig", _HOST_DNS, _to("ztunnel.dnsConfig", _given_or_none), dict
     ),
     # Read by the templates, not in values.yaml.
-    "affinity": Fixed(
-        "placement is the operator's (per platform and Windows build); use "
-        "spec.platforms.linux.nodeSelector",
-        accepts=({}, None),
+    "affinity": Carried(
+        "spec.platforms.linux.nodeAffinity",
+        _WIN_PLACEMENT,
+        _to("platforms.linux.nodeAffinity", _node_affinity),
+        dict,
+        note=_PAIR,
     ),
-    "nodeSelector": Fixed(
-        "use spec.platforms.linux.nodeSelector, which also reports the nodes it leaves out",
-        accepts=({}, None),
+    "nodeSelector": Carried(
+        "spec.platforms.linux.nodeSelector",
+        _WIN_PLACEMENT,
+        _to("platforms.linux.nodeSelector", _given_or_none),
+        dict,
+        note=_PAIR,
     ),
     "trustBundleName": Fixed(
         "ztunnel reads istiod's root certificate from ConfigMap istio-ca-root-cert",
@@ -418,10 +459,12 @@ ISTIO_CNI: dict[str, Entry] = {
     "excludeNamespaces": Carried(
         "spec.istioCni.excludeNamespaces", _WIN_CNI, _to("istioCni.excludeNamespaces", list), list
     ),
-    "affinity": Fixed(
-        "placement is the operator's (per platform and Windows build); use "
-        "spec.platforms.linux.nodeSelector",
-        accepts=({},),
+    "affinity": Carried(
+        "spec.platforms.linux.nodeAffinity",
+        _WIN_PLACEMENT,
+        _to("platforms.linux.nodeAffinity", _node_affinity),
+        dict,
+        note=_PAIR,
     ),
     "daemonSetLabels": Carried(
         "spec.istioCni.labels",
@@ -571,7 +614,9 @@ ISTIO_CNI: dict[str, Entry] = {
         _to("istioCni.logAsJson", _bool),
         bool,
     ),
-    "global.networkPolicy.enabled": Fixed(_NETWORK_POLICY, accepts=(False,)),
+    "global.networkPolicy.enabled": Carried(
+        "spec.networkPolicy.enabled", _NETWORK_POLICY, _to("networkPolicy.enabled", _bool), bool
+    ),
     "global.imagePullSecrets": Carried(
         "spec.images.pullSecrets",
         "applied: the ServiceAccount is shared",

@@ -250,6 +250,17 @@ class ResourceQuotas(ApiModel):
     )
 
 
+class AgentNetworkPolicies(ApiModel):
+    """A NetworkPolicy per agent (the charts' global.networkPolicy)."""
+
+    enabled: Flag = Field(
+        default=False,
+        description="Render them: each admits the agent's own ports and any egress, as the "
+        "charts' do, and selects the agent's Linux pods only. Windows agents run on the host "
+        "network, where NetworkPolicies do not apply (docs/coming-from-helm.md).",
+    )
+
+
 def _rollout_rules(default_unavailable: int, default_surge: int) -> list[dict[str, str]]:
     """CEL rules that mirror the DaemonSet validation, with this component's defaults.
 
@@ -415,10 +426,35 @@ class Istiod(ApiModel):
 _HOST_PATH = Annotated[str, Field(max_length=255, pattern=r"^/[^\s]*$")]
 
 
+class NodeSelectorRequirement(ApiModel):
+    """One expression of a node selector term, as in core/v1."""
+
+    key: Annotated[str, Field(max_length=316)]
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    values: Annotated[list[Annotated[str, Field(max_length=63)]], Field(max_length=64)] | None = (
+        None
+    )
+
+
+class NodeSelectorTerm(ApiModel):
+    """A term of required node affinity: its expressions all hold."""
+
+    match_expressions: Annotated[list[NodeSelectorRequirement], Field(min_length=1, max_length=16)]
+
+
 class LinuxPlatform(ApiModel):
     """Linux nodes."""
 
     enabled: Flag = True
+    node_affinity: Annotated[list[NodeSelectorTerm], Field(min_length=1, max_length=8)] | None = (
+        Field(
+            default=None,
+            description="Required node affinity of the Linux agents (the charts' affinity."
+            "nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms): a "
+            "node must match one term. The operator's own pins are added to each term; nodes "
+            "that match none are reported as ExcludedBySpec.",
+        )
+    )
     cni_bin_dir: _HOST_PATH | None = Field(
         default=None,
         description="CNI binary directory on Linux nodes. Unset: the platform's "
@@ -885,6 +921,7 @@ class AmbientMeshSpec(ApiModel):
     log_level: LogLevel = "info"
     multi_cluster: MultiCluster = MultiCluster()
     resource_quotas: ResourceQuotas = ResourceQuotas()
+    network_policy: AgentNetworkPolicies = AgentNetworkPolicies()
     network: Annotated[str, Field(max_length=63, pattern=_MESH_NAME)] | None = Field(
         default=None,
         description="The network this cluster's agents and waypoints are on: ztunnel's "

@@ -18,6 +18,8 @@ OWNED_API_KINDS = [
     ("v1", "ConfigMap"),
     # GKE's quotas for the agents' system-node-critical pods (render/platforms.py).
     ("v1", "ResourceQuota"),
+    # The agents' NetworkPolicies, when spec.networkPolicy.enabled asks for them.
+    ("networking.k8s.io/v1", "NetworkPolicy"),
     *CNI_RBAC_API_KINDS,
 ]
 CNI_RBAC_BY_OPERATOR = "operator"

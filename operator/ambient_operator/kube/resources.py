@@ -118,6 +118,7 @@ _KINDS = [
     Kind("apps/v1", "Deployment", "deployments", True),
     Kind("autoscaling/v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", True),
     Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", True),
+    Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", True),
     Kind("coordination.k8s.io/v1", "Lease", "leases", True),
     Kind("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", False, names="segment"),
     Kind(

@@ -514,6 +514,46 @@ def _resource_quotas(spec: AmbientMeshSpec) -> list[dict[str, Any]]:
     ]
 
 
+# Each agent's NetworkPolicy admits what upstream's charts' admit, rule by rule
+# and in their order: ztunnel's readiness, metrics, admin, HBONE, outbound,
+# inbound plaintext and DNS ports; istio-cni's metrics and readiness ports.
+NETWORK_POLICY_INGRESS: dict[Component, tuple[tuple[tuple[str, int], ...], ...]] = {
+    v.ZTUNNEL: (
+        (("TCP", c.PORT_READINESS),),
+        (("TCP", c.PORT_METRICS),),
+        (("TCP", c.PORT_ZTUNNEL_ADMIN),),
+        (("TCP", c.PORT_HBONE),),
+        (("TCP", c.PORT_ZTUNNEL_OUTBOUND),),
+        (("TCP", c.PORT_ZTUNNEL_INBOUND_PLAINTEXT),),
+        (("TCP", c.PORT_ZTUNNEL_DNS), ("UDP", c.PORT_ZTUNNEL_DNS)),
+    ),
+    v.ISTIO_CNI: ((("TCP", c.PORT_CNI_METRICS),), (("TCP", c.PORT_CNI_READINESS),)),
+}
+# Named as upstream's charts name them.
+NETWORK_POLICY_NAMES: dict[Component, str] = {v.ZTUNNEL: "ztunnel", v.ISTIO_CNI: "istio-cni"}
+
+
+def _network_policies(spec: AmbientMeshSpec) -> list[dict[str, Any]]:
+    """One NetworkPolicy per agent, selecting its Linux pods by the DaemonSet's selector.
+
+    Only Linux ztunnel has a pod network of its own for a policy to act on;
+    istio-cni (like upstream's) is selected although it runs on the host
+    network, where most network plugins do not apply policies. Windows agents
+    are HostProcess pods on the host network: no policy selects them.
+    """
+    return [
+        render_object(
+            "networkpolicy.yaml.j2",
+            name=NETWORK_POLICY_NAMES[component],
+            namespace=spec.namespace,
+            labels=v.labels(component, PLATFORM_LINUX),
+            selector=v.selector(component, PLATFORM_LINUX),
+            ingress=NETWORK_POLICY_INGRESS[component],
+        )
+        for component in (v.ISTIO_CNI, v.ZTUNNEL)
+    ]
+
+
 def _scc_rbac(
     spec: AmbientMeshSpec, facts: ClusterFacts, accounts: Sequence[str]
 ) -> list[dict[str, Any]]:
@@ -591,7 +631,9 @@ def _platforms(
         )
         # Linux agents are rendered even with no Linux node yet: control
         # planes are Linux, and the DaemonSet costs nothing until one joins.
-        where = pl.placement(pl.linux_requirements(spec), linux)
+        where = pl.with_node_affinity(
+            pl.placement(pl.linux_requirements(spec), linux), linux_spec.node_affinity
+        )
         out.append(_Platform(PLATFORM_LINUX, linux, where, prof))
     win = spec.platforms.windows
     if win.enabled:
@@ -610,7 +652,8 @@ def render_dataplane(
 
     Pure: no API calls, no clock, no randomness; the node order in the facts
     does not matter. Objects come in apply order: ServiceAccounts, RBAC,
-    ResourceQuotas (where the platform needs them), ConfigMaps, DaemonSets.
+    ResourceQuotas (where the platform needs them), ConfigMaps, NetworkPolicies (when
+    asked for), DaemonSets.
     `cni_rbac=False` leaves out the istio-cni
     ClusterRole and its binding, for installs that ship them (the chart):
     the operator then needs neither the agent's permissions nor RBAC writes.
@@ -672,6 +715,8 @@ def render_dataplane(
         # Before the DaemonSets: their pods are refused until the quotas exist.
         objects.extend(_resource_quotas(spec))
     objects.extend(_cni_config(spec, plat) for plat in platforms)
+    if spec.network_policy.enabled and any(not p.windows for p in platforms):
+        objects.extend(_network_policies(spec))
     objects.extend(daemonsets)
     return RenderResult(
         objects=tuple(objects),

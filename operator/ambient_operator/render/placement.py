@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ambient_operator.api import constants as c
-from ambient_operator.api.v1alpha1 import AmbientMeshSpec, Toleration
+from ambient_operator.api.v1alpha1 import AmbientMeshSpec, NodeSelectorTerm, Toleration
 from ambient_operator.cluster import scheduling
 from ambient_operator.cluster.facts import NodeFacts
 from ambient_operator.render.model import PLATFORM_LINUX
@@ -172,6 +172,54 @@ def placement(requirements: Sequence[Requirement], nodes: Sequence[NodeFacts]) -
         }
     }
     return Placement(selector, affinity)
+
+
+def user_affinity(terms: Sequence[NodeSelectorTerm] | None) -> dict[str, Any] | None:
+    """The spec's node affinity terms as a pod's affinity, for matching nodes against it."""
+    if not terms:
+        return None
+    dumped = [t.model_dump(by_alias=True, exclude_none=True) for t in terms]
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": dumped}
+        }
+    }
+
+
+def with_node_affinity(where: Placement, terms: Sequence[NodeSelectorTerm] | None) -> Placement:
+    """The placement narrowed to nodes that also match one of the spec's terms.
+
+    Terms are ORed, so each of ours is joined with each of the user's: our
+    pins (architecture, nodes by name) hold in every term, and `pod_os` still
+    finds the OS in the first one.
+    """
+    user = user_affinity(terms)
+    if user is None:
+        return where
+    theirs = user["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    ours = (
+        where.affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"
+        ]
+        if where.affinity
+        else [{}]
+    )
+    joined = [
+        {
+            **({"matchFields": mine["matchFields"]} if "matchFields" in mine else {}),
+            "matchExpressions": [*mine.get("matchExpressions", []), *term["matchExpressions"]],
+        }
+        for mine in ours
+        for term in theirs
+    ]
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": joined}
+        }
+    }
+    return Placement(where.node_selector, affinity)
 
 
 def pod_os(node_selector: Mapping[str, str], affinity: Mapping[str, Any] | None = None) -> str:

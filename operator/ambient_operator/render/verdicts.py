@@ -19,7 +19,12 @@ from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.cluster import scheduling
 from ambient_operator.cluster.facts import NodeFacts
 from ambient_operator.render.model import PLATFORM_LINUX, NodeVerdict
-from ambient_operator.render.placement import LINUX_ARCHES, WINDOWS_ARCHES, effective_tolerations
+from ambient_operator.render.placement import (
+    LINUX_ARCHES,
+    WINDOWS_ARCHES,
+    effective_tolerations,
+    user_affinity,
+)
 
 _BUILD_NUMBER = re.compile(r"^10\.0\.([0-9]+)$")
 _OLDEST_SUPPORTED = min(int(b.rsplit(".", 1)[1]) for b in c.SUPPORTED_WINDOWS_BUILDS)
@@ -109,6 +114,12 @@ def _by_spec(
                 NodeReason.EXCLUDED_BY_SPEC,
                 f"the node lacks {key}={value} from {field}.nodeSelector",
             )
+    affinity = user_affinity(spec.platforms.linux.node_affinity) if os_name == "linux" else None
+    if affinity is not None and not scheduling.node_matches({"affinity": affinity}, node):
+        return (
+            NodeReason.EXCLUDED_BY_SPEC,
+            f"the node matches none of the terms of {field}.nodeAffinity",
+        )
     blocking = scheduling.untolerated(tolerations[os_name], node.taints)
     if blocking:
         taint = blocking[0]
