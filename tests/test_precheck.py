@@ -176,6 +176,7 @@ def test_a_broken_cluster_blocks(
         ("istiod", "blocking"),
         ("ambient-enabled", "info"),
         ("node-trust", "info"),
+        ("multi-cluster", "info"),
         ("version-skew", "info"),
         ("gateway-api", "ok"),
         ("upstream-agents", "blocking"),
@@ -283,6 +284,7 @@ def test_a_healthy_cluster_passes(pc_cluster: LocalCluster, healthy: int) -> Non
         ("istiod", "ok"),
         ("ambient-enabled", "ok"),
         ("node-trust", "ok"),
+        ("multi-cluster", "ok"),
         ("version-skew", "ok"),
         ("gateway-api", "ok"),
         ("upstream-agents", "ok"),
@@ -294,6 +296,10 @@ def test_a_healthy_cluster_passes(pc_cluster: LocalCluster, healthy: int) -> Non
     image = f"registry.istio.io/testing/pilot:{ISTIOD_TAG}-distroless"
     assert finding(body, "istiod", "ok")["message"] == (
         f"istiod istio-system/istiod {ISTIOD_TAG}-distroless ({image})"
+    )
+    # istiod's chart names its cluster Kubernetes when global.multiCluster.clusterName is unset.
+    assert finding(body, "multi-cluster", "ok")["message"] == (
+        "istiod and the agents are in cluster Kubernetes"
     )
     assert finding(body, "node-trust", "ok")["message"] == (
         "istiod's CA_TRUSTED_NODE_ACCOUNTS lists every ztunnel account: "
