@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 API_GROUP: Final = "ambientoperator.io"
 API_VERSION: Final = "v1alpha1"
@@ -50,6 +50,21 @@ ANNOTATION_REDIRECTION: Final = "ambient.istio.io/redirection"
 LABEL_USE_WAYPOINT: Final = "istio.io/use-waypoint"
 LABEL_USE_WAYPOINT_NAMESPACE: Final = "istio.io/use-waypoint-namespace"
 LABEL_WAYPOINT_FOR: Final = "istio.io/waypoint-for"
+# istio-cni parses this YAML into its enrollment selectors; an empty value
+# parses to none, and a pod no selector matches is never redirected. These are
+# the rule of the istio.io API: the pod says ambient, or its namespace does and
+# the pod does not say none.
+ENABLEMENT_SELECTORS: Final[list[dict[str, Any]]] = [
+    {"podSelector": {"matchLabels": {LABEL_DATAPLANE_MODE: "ambient"}}},
+    {
+        "podSelector": {
+            "matchExpressions": [
+                {"key": LABEL_DATAPLANE_MODE, "operator": "NotIn", "values": ["none"]}
+            ]
+        },
+        "namespaceSelector": {"matchLabels": {LABEL_DATAPLANE_MODE: "ambient"}},
+    },
+]
 
 # Windows Server builds by the first three parts of the kernel version.
 BUILD_WS2019: Final = "10.0.17763"

@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ambient_operator.api import constants as c
+
 Chart = Literal["ztunnel", "istio-cni"]
 CHARTS: tuple[Chart, ...] = ("ztunnel", "istio-cni")
 Builder = Callable[[Mapping[str, Any], dict[str, Any]], None]
@@ -126,19 +128,6 @@ def _str_map(value: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
-_ENABLEMENT_SELECTORS = [
-    {"podSelector": {"matchLabels": {"istio.io/dataplane-mode": "ambient"}}},
-    {
-        "podSelector": {
-            "matchExpressions": [
-                {"key": "istio.io/dataplane-mode", "operator": "NotIn", "values": ["none"]}
-            ]
-        },
-        "namespaceSelector": {"matchLabels": {"istio.io/dataplane-mode": "ambient"}},
-    },
-]
-
-
 # --- ztunnel -----------------------------------------------------------------
 
 _WIN_ENV = "applied: the Windows experiment's ztunnel reads the same variable (src/config.rs)"
@@ -204,7 +193,56 @@ _HOST_DNS = "not applied: Windows HostProcess pods resolve with the host"
 _WIN_OWNED = "not applied: the Windows ConfigMaps chain to the node's own CNI file"
 _PROFILE = "profiles are Helm's way to set values; give the values themselves"
 
+# What both charts read alike.
+_BOTH: dict[str, Entry] = {
+    "variant": Carried(
+        "spec.images.variant",
+        "not applied: the Windows images have no variants",
+        _to("images.variant"),
+    ),
+    "global.networkPolicy.enabled": Carried(
+        "spec.networkPolicy.enabled", _NETWORK_POLICY, _to("networkPolicy.enabled", _bool), bool
+    ),
+    "tolerations": Carried(
+        "spec.platforms.linux.tolerations",
+        _WIN_TOLERATIONS,
+        _to("platforms.linux.tolerations", list),
+        list,
+    ),
+    "resourceQuotas.enabled": Carried(
+        "spec.resourceQuotas.enabled", _QUOTAS, _to("resourceQuotas.enabled", _bool), bool
+    ),
+    "resourceQuotas.pods": Carried(
+        "spec.resourceQuotas.pods", _QUOTAS, _to("resourceQuotas.pods", int), int
+    ),
+    "updateStrategy.type": Fixed(
+        "the agents always roll (RollingUpdate)", accepts=("RollingUpdate",)
+    ),
+    "ownerName": Fixed("names an IstioOperator resource; none owns these objects", any_value=True),
+    "platform": Carried(
+        "spec.platform", "applied: the platform's Windows CNI paths", _to("platform")
+    ),
+    "global.platform": Carried(
+        "spec.platform", "applied: the platform's Windows CNI paths", _to("platform")
+    ),
+    "profile": Fixed(_PROFILE, accepts=("ambient",)),
+    "global.profile": Fixed(_PROFILE, accepts=("ambient",)),
+    "compatibilityVersion": Fixed(
+        "compatibility profiles restore older releases' defaults; not carried", accepts=("", None)
+    ),
+    "defaults": Fixed("the charts refuse it themselves", accepts=(None,)),
+    "_internal_defaults_do_not_set": Fixed("the charts' own defaults; never set", accepts=(None,)),
+    "affinity": Carried(
+        "spec.platforms.linux.nodeAffinity",
+        _WIN_PLACEMENT,
+        _to("platforms.linux.nodeAffinity", _node_affinity),
+        dict,
+        note=_PAIR,
+    ),
+}
+
 ZTUNNEL: dict[str, Entry] = {
+    **_BOTH,
     "hub": Carried(
         "spec.images.hub",
         "applied: Windows images are <hub>/ztunnel-windows:<tag>",
@@ -215,20 +253,12 @@ ZTUNNEL: dict[str, Entry] = {
         "applied: Windows images are <hub>/ztunnel-windows:<tag>",
         _to("images.tag"),
     ),
-    "variant": Carried(
-        "spec.images.variant",
-        "not applied: the Windows images have no variants",
-        _to("images.variant"),
-    ),
     "image": Carried(
         "spec.images.ztunnel.linux",
         "not applied: set spec.images.ztunnel.windows",
         _to("images.ztunnel.linux"),
     ),
     "network": Carried("spec.network", _WIN_ENV, _to("network")),
-    "global.networkPolicy.enabled": Carried(
-        "spec.networkPolicy.enabled", _NETWORK_POLICY, _to("networkPolicy.enabled", _bool), bool
-    ),
     "resourceName": Fixed(_HELM_NAMES, accepts=("", "ztunnel")),
     "labels": Carried("spec.ztunnel.labels", _WIN_OBJECTS, _to("ztunnel.labels", _str_map), dict),
     "annotations": Carried(
@@ -239,12 +269,6 @@ ZTUNNEL: dict[str, Entry] = {
     ),
     "volumes": Carried(
         "spec.ztunnel.volumes", _HOST_FILES, _to("ztunnel.volumes", _given_or_none), list
-    ),
-    "tolerations": Carried(
-        "spec.platforms.linux.tolerations",
-        _WIN_TOLERATIONS,
-        _to("platforms.linux.tolerations", list),
-        list,
     ),
     "podAnnotations": Carried(
         "spec.ztunnel.podAnnotations", _WIN_POD, _to("ztunnel.podAnnotations", _str_map), dict
@@ -259,12 +283,6 @@ ZTUNNEL: dict[str, Entry] = {
         "spec.ztunnel.resources", _WIN_POD, _ztunnel_resources, (str, int)
     ),
     "resources.limits": Carried("spec.ztunnel.resources", _WIN_POD, _ztunnel_resources, dict),
-    "resourceQuotas.enabled": Carried(
-        "spec.resourceQuotas.enabled", _QUOTAS, _to("resourceQuotas.enabled", _bool), bool
-    ),
-    "resourceQuotas.pods": Carried(
-        "spec.resourceQuotas.pods", _QUOTAS, _to("resourceQuotas.pods", int), int
-    ),
     "peerCaCrl.enabled": Carried(
         "spec.ztunnel.peerCaCrl",
         "not applied: the Windows experiment's ztunnel reads no CRL_PATH",
@@ -314,9 +332,6 @@ ZTUNNEL: dict[str, Entry] = {
         dict,
     ),
     "resourceScope": Fixed(_SCOPE, accepts=("all",)),
-    "updateStrategy.type": Fixed(
-        "the agents always roll (RollingUpdate)", accepts=("RollingUpdate",)
-    ),
     "updateStrategy.rollingUpdate.maxSurge": Carried(
         "spec.ztunnel.rollout.maxSurge",
         "applied as maxUnavailable: on the host network a surge pod cannot start beside "
@@ -337,13 +352,6 @@ ZTUNNEL: dict[str, Entry] = {
         "spec.ztunnel.dnsConfig", _HOST_DNS, _to("ztunnel.dnsConfig", _given_or_none), dict
     ),
     # Read by the templates, not in values.yaml.
-    "affinity": Carried(
-        "spec.platforms.linux.nodeAffinity",
-        _WIN_PLACEMENT,
-        _to("platforms.linux.nodeAffinity", _node_affinity),
-        dict,
-        note=_PAIR,
-    ),
     "nodeSelector": Carried(
         "spec.platforms.linux.nodeSelector",
         _WIN_PLACEMENT,
@@ -355,20 +363,6 @@ ZTUNNEL: dict[str, Entry] = {
         "ztunnel reads istiod's root certificate from ConfigMap istio-ca-root-cert",
         accepts=("", None, "istio-ca-root-cert"),
     ),
-    "ownerName": Fixed("names an IstioOperator resource; none owns these objects", any_value=True),
-    "platform": Carried(
-        "spec.platform", "applied: the platform's Windows CNI paths", _to("platform")
-    ),
-    "global.platform": Carried(
-        "spec.platform", "applied: the platform's Windows CNI paths", _to("platform")
-    ),
-    "profile": Fixed(_PROFILE, accepts=("ambient",)),
-    "global.profile": Fixed(_PROFILE, accepts=("ambient",)),
-    "compatibilityVersion": Fixed(
-        "compatibility profiles restore older releases' defaults; not carried", accepts=("", None)
-    ),
-    "defaults": Fixed("the charts refuse it themselves", accepts=(None,)),
-    "_internal_defaults_do_not_set": Fixed("the charts' own defaults; never set", accepts=(None,)),
 }
 
 
@@ -401,6 +395,7 @@ _SELECTORS = (
 )
 
 ISTIO_CNI: dict[str, Entry] = {
+    **_BOTH,
     "hub": Carried(
         "spec.images.hub",
         "applied: Windows images are <hub>/install-cni-windows:<tag>",
@@ -410,11 +405,6 @@ ISTIO_CNI: dict[str, Entry] = {
         "spec.images.tag",
         "applied: Windows images are <hub>/install-cni-windows:<tag>",
         _to("images.tag"),
-    ),
-    "variant": Carried(
-        "spec.images.variant",
-        "not applied: the Windows images have no variants",
-        _to("images.variant"),
     ),
     "image": Carried(
         "spec.images.istioCni.linux",
@@ -459,13 +449,6 @@ ISTIO_CNI: dict[str, Entry] = {
     "excludeNamespaces": Carried(
         "spec.istioCni.excludeNamespaces", _WIN_CNI, _to("istioCni.excludeNamespaces", list), list
     ),
-    "affinity": Carried(
-        "spec.platforms.linux.nodeAffinity",
-        _WIN_PLACEMENT,
-        _to("platforms.linux.nodeAffinity", _node_affinity),
-        dict,
-        note=_PAIR,
-    ),
     "daemonSetLabels": Carried(
         "spec.istioCni.labels",
         "applied to the Windows DaemonSets too",
@@ -486,7 +469,7 @@ ISTIO_CNI: dict[str, Entry] = {
     ),
     "provider": Fixed("Multus follows spec.platform: openshift", accepts=("default",)),
     "ambient.enabled": Fixed("the operator runs istio-cni for ambient only", accepts=(True,)),
-    "ambient.enablementSelectors": Fixed(_SELECTORS, accepts=(_ENABLEMENT_SELECTORS,)),
+    "ambient.enablementSelectors": Fixed(_SELECTORS, accepts=(c.ENABLEMENT_SELECTORS,)),
     "ambient.configDir": Fixed("istio-cni's default ambient config directory", accepts=("",)),
     "ambient.dnsCapture": Carried(
         "spec.istioCni.dnsCapture",
@@ -556,21 +539,6 @@ ISTIO_CNI: dict[str, Entry] = {
     "resources.requests.memory": Carried(
         "spec.istioCni.resources", _WIN_POD, _cni_resources, (str, int)
     ),
-    "resourceQuotas.enabled": Carried(
-        "spec.resourceQuotas.enabled", _QUOTAS, _to("resourceQuotas.enabled", _bool), bool
-    ),
-    "resourceQuotas.pods": Carried(
-        "spec.resourceQuotas.pods", _QUOTAS, _to("resourceQuotas.pods", int), int
-    ),
-    "tolerations": Carried(
-        "spec.platforms.linux.tolerations",
-        _WIN_TOLERATIONS,
-        _to("platforms.linux.tolerations", list),
-        list,
-    ),
-    "updateStrategy.type": Fixed(
-        "the agents always roll (RollingUpdate)", accepts=("RollingUpdate",)
-    ),
     "updateStrategy.rollingUpdate.maxUnavailable": Carried(
         "spec.istioCni.rollout.maxUnavailable",
         _WIN_POD,
@@ -588,7 +556,6 @@ ISTIO_CNI: dict[str, Entry] = {
         "every revision",
         any_value=True,
     ),
-    "ownerName": Fixed("names an IstioOperator resource; none owns these objects", any_value=True),
     "global.hub": Carried(
         "spec.images.hub",
         "applied: Windows images are <hub>/install-cni-windows:<tag>",
@@ -614,9 +581,6 @@ ISTIO_CNI: dict[str, Entry] = {
         _to("istioCni.logAsJson", _bool),
         bool,
     ),
-    "global.networkPolicy.enabled": Carried(
-        "spec.networkPolicy.enabled", _NETWORK_POLICY, _to("networkPolicy.enabled", _bool), bool
-    ),
     "global.imagePullSecrets": Carried(
         "spec.images.pullSecrets",
         "applied: the ServiceAccount is shared",
@@ -638,20 +602,6 @@ ISTIO_CNI: dict[str, Entry] = {
         _env("istioCni"),
         dict,
     ),
-    # Read by the templates, not in values.yaml.
-    "platform": Carried(
-        "spec.platform", "applied: the platform's Windows CNI paths", _to("platform")
-    ),
-    "global.platform": Carried(
-        "spec.platform", "applied: the platform's Windows CNI paths", _to("platform")
-    ),
-    "profile": Fixed(_PROFILE, accepts=("ambient",)),
-    "global.profile": Fixed(_PROFILE, accepts=("ambient",)),
-    "compatibilityVersion": Fixed(
-        "compatibility profiles restore older releases' defaults; not carried", accepts=("", None)
-    ),
-    "defaults": Fixed("the charts refuse it themselves", accepts=(None,)),
-    "_internal_defaults_do_not_set": Fixed("the charts' own defaults; never set", accepts=(None,)),
 }
 
 ENTRIES: dict[Chart, dict[str, Entry]] = {"ztunnel": ZTUNNEL, "istio-cni": ISTIO_CNI}

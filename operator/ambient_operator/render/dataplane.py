@@ -38,21 +38,6 @@ PORTS = {
     "cni_metrics": c.PORT_CNI_METRICS,
     "cni_readiness": c.PORT_CNI_READINESS,
 }
-# istio-cni parses this YAML into its enrollment selectors; an empty value
-# parses to none, and a pod no selector matches is never redirected. These are
-# the rule of the istio.io API: the pod says ambient, or its namespace does and
-# the pod does not say none.
-ENABLEMENT_SELECTORS: list[dict[str, Any]] = [
-    {"podSelector": {"matchLabels": {c.LABEL_DATAPLANE_MODE: "ambient"}}},
-    {
-        "podSelector": {
-            "matchExpressions": [
-                {"key": c.LABEL_DATAPLANE_MODE, "operator": "NotIn", "values": ["none"]}
-            ]
-        },
-        "namespaceSelector": {"matchLabels": {c.LABEL_DATAPLANE_MODE: "ambient"}},
-    },
-]
 # Settings install-cni does not default the way upstream's chart sets them
 # (REPAIR_REPAIR_PODS reads as false when absent), and the rest of the chart's
 # repair settings, so the ConfigMap says what the agent does.
@@ -396,7 +381,7 @@ def _enablement_selector() -> str:
     # The text upstream's chart renders (Helm's toYaml: sorted keys, block style).
     # Kept: PyYAML's emitter is pure Python, and this was a seventh of a node
     # pass's CPU (bench/profile_passes.py) for a constant.
-    text: str = yaml.safe_dump(ENABLEMENT_SELECTORS, sort_keys=True, default_flow_style=False)
+    text: str = yaml.safe_dump(c.ENABLEMENT_SELECTORS, sort_keys=True, default_flow_style=False)
     return text.rstrip("\n")
 
 
