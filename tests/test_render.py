@@ -743,6 +743,28 @@ def test_node_affinity_narrows_the_linux_agents_and_the_verdicts_say_why() -> No
         }
 
 
+def test_user_env_never_overrides_what_the_operator_sets() -> None:
+    env = {"AMBIENT_ENABLED": "false", "INPOD_UDS": "/tmp/x", "CUSTOM": "1"}
+    result = render(spec={"istioCni": {"env": env}, "ztunnel": {"env": env}})
+    config = obj(result, "ConfigMap", "istio-cni-config")
+    # Written once, the operator's value: a ConfigMap key wins over the user's env.
+    assert (config["data"]["AMBIENT_ENABLED"], config["data"]["CUSTOM"]) == ("true", "1")
+    cni_env = {
+        e["name"]: e.get("value") for e in pod(result, "istio-cni-node")["containers"][0]["env"]
+    }
+    assert cni_env["CUSTOM"] == "1" and "AMBIENT_ENABLED" not in cni_env
+    ztunnel_env = [e["name"] for e in pod(result, "ztunnel")["containers"][0]["env"]]
+    assert ztunnel_env.count("INPOD_UDS") == 1 and "CUSTOM" in ztunnel_env
+    assert (
+        "spec.istioCni.env sets AMBIENT_ENABLED, which the operator sets itself on "
+        "istio-cni-node: left out; use the AmbientMesh field that sets it instead"
+    ) in result.warnings
+    assert (
+        "spec.ztunnel.env sets INPOD_UDS, which the operator sets itself on ztunnel: left out; "
+        "use the AmbientMesh field that sets it instead"
+    ) in result.warnings
+
+
 def test_rbac_is_least_privilege() -> None:
     result = render()
     role = obj(result, "ClusterRole", "istio-cni")

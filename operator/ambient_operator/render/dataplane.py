@@ -95,7 +95,7 @@ def _dump(model: ApiModel | None) -> dict[str, Any] | None:
 
 
 def _dumped(models: Sequence[ApiModel] | None) -> list[dict[str, Any]]:
-    return [m.model_dump(by_alias=True, exclude_none=True) for m in models or []]
+    return [d for m in models or [] if (d := _dump(m)) is not None]
 
 
 def _bool(value: bool) -> str:
@@ -105,6 +105,14 @@ def _bool(value: bool) -> str:
 def _object_labels(spec: AmbientMeshSpec, component: Component, platform: str) -> dict[str, str]:
     """Labels of an agent's DaemonSets (and ztunnel's ServiceAccounts): the user's, then ours."""
     return {**(_agent(spec, component).labels or {}), **v.labels(component, platform)}
+
+
+def _shared_object_labels(spec: AmbientMeshSpec, component: Component) -> dict[str, str]:
+    """Labels of an agent's objects that serve every OS: the chart labels ztunnel's, not
+    istio-cni's (its daemonSetLabels are for DaemonSets alone)."""
+    if component == v.ZTUNNEL:
+        return _object_labels(spec, component, PLATFORM_ALL)
+    return v.labels(component, PLATFORM_ALL)
 
 
 def _object_annotations(spec: AmbientMeshSpec, component: Component) -> dict[str, str]:
@@ -246,18 +254,21 @@ def _daemonset_values(
     }
 
 
-def user_env(spec: AmbientMeshSpec, component: Component, rendered: dict[str, Any]) -> list[str]:
-    """Names of spec.<agent>.env the operator sets itself in a rendered DaemonSet, left out.
+def _taken_env(
+    spec: AmbientMeshSpec, component: Component, rendered: dict[str, Any], also: set[str]
+) -> list[str]:
+    """Names of spec.<agent>.env the operator sets itself (in the rendered DaemonSet, or in
+    `also`: the ConfigMap the container takes with envFrom), which are left out.
 
     An env list with one name twice is taken by the API server, and the agent
-    then reads whichever its runtime finds first; the operator's own values
-    (addresses, identity, the pipe) must be what it reads.
+    then reads whichever its runtime finds first; an env entry beats envFrom.
+    The operator's own values (addresses, identity, the pipe) must be what it reads.
     """
     ours = {
         e["name"]
         for cont in rendered["spec"]["template"]["spec"]["containers"]
         for e in cont.get("env", [])
-    }
+    } | also
     return sorted(set(_agent(spec, component).env or {}) & ours)
 
 
@@ -299,12 +310,13 @@ def _with_extra_env(
     values: dict[str, Any],
     own: list[dict[str, Any]],
     warnings: list[str],
+    config_keys: set[str],
 ) -> dict[str, Any]:
     """Render a DaemonSet with the operator's optional env, then the user's less names it sets."""
     bare = render_object(template, **values, extra_env=own)
     if not _agent(spec, component).env:
         return bare
-    taken = user_env(spec, component, bare)
+    taken = _taken_env(spec, component, bare, config_keys)
     if taken:
         field = "spec.ztunnel.env" if component == v.ZTUNNEL else "spec.istioCni.env"
         warnings.append(
@@ -352,11 +364,15 @@ def _ztunnel(
     else:
         values["istiod"], _ = v.windows_istiod(spec, facts.istiod_ip)
         values["dns_ip"], _ = v.windows_dns(facts.dns_ip, spec)
-    return _with_extra_env(spec, v.ZTUNNEL, template, values, own, warnings)
+    return _with_extra_env(spec, v.ZTUNNEL, template, values, own, warnings, set())
 
 
 def _istio_cni(
-    spec: AmbientMeshSpec, plat: _Platform, image: str, warnings: list[str]
+    spec: AmbientMeshSpec,
+    plat: _Platform,
+    image: str,
+    warnings: list[str],
+    config_keys: set[str],
 ) -> dict[str, Any]:
     values = _daemonset_values(spec, v.ISTIO_CNI, plat)
     values["config_map"] = v.cni_config_map_name(plat.name)
@@ -366,7 +382,7 @@ def _istio_cni(
         if plat.windows
         else "daemonset-istio-cni-linux.yaml.j2"
     )
-    return _with_extra_env(spec, v.ISTIO_CNI, template, values, [], warnings)
+    return _with_extra_env(spec, v.ISTIO_CNI, template, values, [], warnings, config_keys)
 
 
 def _wanted_images(spec: AmbientMeshSpec, plat: _Platform) -> dict[Component, str]:
@@ -426,8 +442,8 @@ def _cni_platform_settings(spec: AmbientMeshSpec, plat: _Platform) -> dict[str, 
     )
     return {
         "AMBIENT_ENABLEMENT_SELECTOR": _enablement_selector(),
-        # install-cni reads an absent key as false, unlike the chart's default.
         **({"CNI_CONF_NAME": name} if name else {}),
+        # install-cni reads an absent key as false, unlike the chart's default.
         "AMBIENT_RECONCILE_POD_RULES_ON_STARTUP": _bool(cni.reconcile_iptables_on_startup),
         "ENABLE_AMBIENT_DETECTION_RETRY": _bool(cni.enable_ambient_detection_retry),
         "ISTIO_OWNED_CNI_CONFIG": _bool(cni.istio_owned_cni_config),
@@ -439,13 +455,24 @@ def _cni_platform_settings(spec: AmbientMeshSpec, plat: _Platform) -> dict[str, 
     }
 
 
-def _cni_config(spec: AmbientMeshSpec, plat: _Platform) -> dict[str, Any]:
+def _cni_config(spec: AmbientMeshSpec, plat: _Platform) -> tuple[dict[str, Any], set[str]]:
+    """The istio-cni ConfigMap of a platform, and the keys the operator writes in it.
+
+    The chart writes the user's env there as well as in the container; the
+    operator's keys stay its own.
+    """
+    values = _cni_config_values(spec, plat)
+    config = render_object("configmap-istio-cni.yaml.j2", **values, extra={})
+    own = set(config["data"])
+    extra = {k: val for k, val in sorted((spec.istio_cni.env or {}).items()) if k not in own}
+    if not extra:
+        return config, own
+    return render_object("configmap-istio-cni.yaml.j2", **values, extra=extra), own
+
+
+def _cni_config_values(spec: AmbientMeshSpec, plat: _Platform) -> dict[str, Any]:
     cni = spec.istio_cni
-    # The chart writes the user's env into the ConfigMap as well as the
-    # container; keys the ConfigMap already has stay the operator's.
-    settings = _cni_platform_settings(spec, plat)
-    return render_object(
-        "configmap-istio-cni.yaml.j2",
+    return dict(
         name=v.cni_config_map_name(plat.name),
         namespace=spec.namespace,
         labels=v.labels(v.ISTIO_CNI, plat.name),
@@ -462,8 +489,7 @@ def _cni_config(spec: AmbientMeshSpec, plat: _Platform) -> dict[str, Any]:
         # Multus runs istio-cni as a plugin of its own on OpenShift's Linux
         # nodes; Windows nodes chain it to their CNI whatever the platform.
         chained=_bool(plat.windows or _chained(spec, plat.profile)),
-        settings=settings,
-        extra={k: val for k, val in sorted((cni.env or {}).items()) if k not in settings},
+        settings=_cni_platform_settings(spec, plat),
     )
 
 
@@ -489,9 +515,7 @@ def _resource_quotas(spec: AmbientMeshSpec) -> list[dict[str, Any]]:
             "resourcequota.yaml.j2",
             name=name,
             namespace=spec.namespace,
-            labels=_object_labels(spec, component, PLATFORM_ALL)
-            if component == v.ZTUNNEL
-            else v.labels(component, PLATFORM_ALL),
+            labels=_shared_object_labels(spec, component),
             pods=str(spec.resource_quotas.pods or RESOURCE_QUOTA_PODS),
             priority_class=spec.priority_class_name,
         )
@@ -561,10 +585,7 @@ def _service_account(spec: AmbientMeshSpec, name: str, component: Component) -> 
         "serviceaccount.yaml.j2",
         name=name,
         namespace=spec.namespace,
-        # The chart labels and annotates ztunnel's ServiceAccount; istio-cni's serves both OSes.
-        labels=_object_labels(spec, component, PLATFORM_ALL)
-        if component == v.ZTUNNEL
-        else v.labels(component, PLATFORM_ALL),
+        labels=_shared_object_labels(spec, component),
         annotations=_object_annotations(spec, component),
         automount=component == v.ISTIO_CNI,
         # Kubelet pulls a pod's images with its ServiceAccount's secrets, as the charts set them.
@@ -677,10 +698,14 @@ def render_dataplane(
     images = {p.platform: p.images for p in rollout.platforms}
     plans: list[DaemonSetPlan] = []
     daemonsets: list[dict[str, Any]] = []
+    configs: list[dict[str, Any]] = []
     for plat in platforms:
         nodes = tuple(n.name for n in plat.nodes)
+        config, config_keys = _cni_config(spec, plat)
+        configs.append(config)
+        cni = _istio_cni(spec, plat, images[plat.name][v.ISTIO_CNI], warnings, config_keys)
         pair: tuple[tuple[Component, dict[str, Any]], ...] = (
-            (v.ISTIO_CNI, _istio_cni(spec, plat, images[plat.name][v.ISTIO_CNI], warnings)),
+            (v.ISTIO_CNI, cni),
             (v.ZTUNNEL, _ztunnel(spec, facts, plat, images[plat.name][v.ZTUNNEL], warnings)),
         )
         for component, obj in pair:
@@ -699,7 +724,7 @@ def render_dataplane(
     if platforms and (prof.resource_quotas if quotas is None else quotas):
         # Before the DaemonSets: their pods are refused until the quotas exist.
         objects.extend(_resource_quotas(spec))
-    objects.extend(_cni_config(spec, plat) for plat in platforms)
+    objects.extend(configs)
     if spec.network_policy.enabled and any(not p.windows for p in platforms):
         objects.extend(_network_policies(spec))
     objects.extend(daemonsets)
