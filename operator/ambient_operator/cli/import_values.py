@@ -31,7 +31,7 @@ def _read(path: Path | None, what: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the AmbientMesh, or each refusal's chart, path and reason on stderr (exit 2)."""
+    """Print the AmbientMesh, or the first refusal's chart, path and reason on stderr (exit 2)."""
     if not (args.ztunnel or args.istio_cni or args.istiod):
         print(
             "ambient-operator import-values: give --ztunnel, --istio-cni or --istiod",

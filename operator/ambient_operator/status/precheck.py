@@ -343,8 +343,9 @@ def _multi_cluster(snap: Snapshot) -> list[Finding]:
             BLOCKING,
             f"istiod's cluster is {istiod_cluster} (CLUSTER_ID, the istiod chart's "
             f"global.multiCluster.clusterName) but the agents say {agents_cluster} "
-            "(spec.multiCluster.clusterName): istiod gives ztunnels of another cluster no "
-            f"certificates. Set spec.multiCluster.clusterName to {istiod_cluster}",
+            "(spec.multiCluster.clusterName): istiod's CA refuses the certificates ztunnel "
+            f"asks for its node's workloads (no node authorizer for cluster {agents_cluster}). "
+            f"Set spec.multiCluster.clusterName to {istiod_cluster}",
         )
     labels = snap.namespaces.get(snap.spec.namespace, {})
     label = labels.get(c.LABEL_NETWORK)
@@ -564,7 +565,8 @@ CHECKS: tuple[Check, ...] = (
         "multi-cluster",
         "istiod's CLUSTER_ID against spec.multiCluster.clusterName, and spec.network against "
         "the topology.istio.io/network label of spec.namespace.",
-        "The cluster names differ (istiod gives those ztunnels no certificates).",
+        "The cluster names differ (istiod's CA refuses ztunnel's certificates for its node's "
+        "workloads).",
         "The network and the namespace's label differ.",
         _multi_cluster,
     ),
