@@ -176,7 +176,7 @@ def agents_namespace(spec: Mapping[str, Any]) -> str:
 
 
 # docs/ambientmesh-reference.md: spec.images.tag, spec.logLevel.
-DEFAULT_TAG = "1.30.4"
+DEFAULT_TAG = "1.31.0"
 
 
 def image_tag(spec: Mapping[str, Any]) -> str:

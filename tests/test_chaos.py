@@ -259,7 +259,7 @@ def _mutations(chaos_ns: str) -> list[tuple[str, Any]]:
 
     def tag(spec: dict[str, Any]) -> None:
         images = spec.setdefault("images", {})
-        images["tag"] = "1.30.3" if images.get("tag", "1.30.4") == "1.30.4" else "1.30.4"
+        images["tag"] = "1.30.3" if images.get("tag", "1.31.0") == "1.31.0" else "1.31.0"
 
     def windows(spec: dict[str, Any]) -> None:
         win = spec.setdefault("platforms", {}).setdefault("windows", {})

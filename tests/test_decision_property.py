@@ -283,7 +283,7 @@ def expected_decision(
         oracle.WS2022: "mcr.microsoft.com/windows/nanoserver:ltsc2022"
     }
     hub = _get(mspec, "images", "hub", default="docker.io/istio")
-    tag = _get(mspec, "images", "tag", default="1.30.4")
+    tag = _get(mspec, "images", "tag", default="1.31.0")
     multi = _get(mspec, "newPodWorkaround", "multiBuildImage") or f"{hub}/redirection-wait:{tag}"
 
     def image(build: str | None) -> str:

@@ -72,8 +72,8 @@ NODES = [
 # Windows images named, so nothing but what a test changes degrades the mesh.
 BASE_SPEC: dict[str, Any] = {
     "images": {
-        "ztunnel": {"windows": "registry.example.com/istio/ztunnel-windows:1.30.4"},
-        "istioCni": {"windows": "registry.example.com/istio/install-cni-windows:1.30.4"},
+        "ztunnel": {"windows": "registry.example.com/istio/ztunnel-windows:1.31.0"},
+        "istioCni": {"windows": "registry.example.com/istio/install-cni-windows:1.31.0"},
     }
 }
 TRUST_BOTH = f"{AGENTS_NS}/ztunnel,{AGENTS_NS}/ztunnel-windows"

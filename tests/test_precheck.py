@@ -45,8 +45,8 @@ PRECHECK_USER = "precheck-user"
 NODES = ("linux-amd64-1", "win2022-1")
 WS2019_NODE = "win2019-1"
 # The agents' version (the AmbientMesh default) and istiod's image tag: the
-# istiod binary is the pinned module's, its Deployment says 1.30.4.
-ISTIOD_TAG = "1.30.4"
+# istiod binary is the pinned module's, which is Istio 1.31.0.
+ISTIOD_TAG = "1.31.0"
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ def _node(name: str, os_name: str, build: str | None = None, arch: str = "amd64"
     }
 
 
-def _istiod(env: dict[str, str], image: str = "docker.io/istio/pilot:1.30.4") -> dict[str, Any]:
+def _istiod(env: dict[str, str], image: str = "docker.io/istio/pilot:1.31.0") -> dict[str, Any]:
     return {
         "metadata": {"name": "istiod", "namespace": "istio-system"},
         "spec": {
@@ -116,7 +116,7 @@ def test_a_healthy_cluster_blocks_nothing() -> None:
     assert not p.blocked(findings)
     by_check = {f.check: f for f in findings if f.level != "info"}
     assert by_check["istiod"].message == (
-        "istiod istio-system/istiod 1.30.4 (docker.io/istio/pilot:1.30.4)"
+        "istiod istio-system/istiod 1.31.0 (docker.io/istio/pilot:1.31.0)"
     )
     assert by_check["gateway-api"].message == "Gateway API v1.6.1 (standard)"
     assert by_check["nodes"].message == "2 node(s) can run the agents"

@@ -501,7 +501,7 @@ def test_windows_istio_cni_gets_the_pipe_and_host_paths_from_its_config_map() ->
 @pytest.mark.parametrize(
     ("images", "expected"),
     [
-        ({}, "docker.io/istio/ztunnel-windows:1.30.4"),
+        ({}, "docker.io/istio/ztunnel-windows:1.31.0"),
         ({"hub": "r.example/i", "tag": "9.9"}, "r.example/i/ztunnel-windows:9.9"),
         ({"ztunnel": {"windows": "r.example/zt:win"}}, "r.example/zt:win"),
         (
@@ -526,10 +526,10 @@ def test_per_build_image_applies_to_its_build_only() -> None:
         "r.example/c:25"
     )
     assert pod(result, "istio-cni-node-windows-ltsc2022")["containers"][0]["image"] == (
-        "docker.io/istio/install-cni-windows:1.30.4"
+        "docker.io/istio/install-cni-windows:1.31.0"
     )
     assert pod(result, "istio-cni-node")["containers"][0]["image"] == (
-        "docker.io/istio/install-cni:1.30.4"
+        "docker.io/istio/install-cni:1.31.0"
     )
 
 

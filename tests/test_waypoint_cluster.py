@@ -546,7 +546,7 @@ def test_waypoint_pod_on_windows_is_reported(
             "metadata": {"name": "istio-wp-abc", "labels": {c.LABEL_GATEWAY_NAME: "istio-wp"}},
             "spec": {
                 "nodeName": "win2025-1",
-                "containers": [{"name": "istio-proxy", "image": "docker.io/istio/proxyv2:1.30.4"}],
+                "containers": [{"name": "istio-proxy", "image": "docker.io/istio/proxyv2:1.31.0"}],
             },
         },
     )

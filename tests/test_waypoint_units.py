@@ -422,7 +422,7 @@ def test_proxy_container_is_locked_down_and_probed() -> None:
     pod = pod_spec(result)
     (container,) = pod["containers"]
     assert container["name"] == "istio-proxy"
-    assert container["image"] == "docker.io/istio/proxyv2:1.30.4"
+    assert container["image"] == "docker.io/istio/proxyv2:1.31.0"
     assert container["args"][:2] == ["proxy", "waypoint"]
     assert container["args"][container["args"].index("--domain") + 1] == (
         "$(POD_NAMESPACE).svc.cluster.local"

@@ -151,7 +151,7 @@ def test_affinity_build_pins() -> None:
     assert one.image == "mcr.microsoft.com/windows/nanoserver:ltsc2022"
     both = d.decide(_pod(**affinity([c.BUILD_WS2022], [c.BUILD_WS2025])), ENROLLED, _ctx())
     assert (both.action, both.build) == ("inject", None)  # several builds: multi-build image
-    assert both.image == "docker.io/istio/redirection-wait:1.30.4"
+    assert both.image == "docker.io/istio/redirection-wait:1.31.0"
     ws2025 = d.decide(_pod(**affinity([c.BUILD_WS2025])), ENROLLED, _ctx())
     assert ws2025.action == "none"
 

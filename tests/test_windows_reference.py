@@ -183,8 +183,8 @@ ZTUNNEL_TOKEN_DIR, ZTUNNEL_TOKEN_FILE = "/var/run/secrets/tokens", "istio-token"
 CNI_SELF_DAEMONSET = "istio-cni-node"
 
 # Image names the branch's build gives (tools/docker.yaml) and their Dockerfiles.
-DEFAULT_ZTUNNEL_IMAGE = "docker.io/istio/ztunnel-windows:1.30.4"
-DEFAULT_CNI_IMAGE = "docker.io/istio/install-cni-windows:1.30.4"
+DEFAULT_ZTUNNEL_IMAGE = "docker.io/istio/ztunnel-windows:1.31.0"
+DEFAULT_CNI_IMAGE = "docker.io/istio/install-cni-windows:1.31.0"
 ZTUNNEL_DOCKERFILE = "pilot/docker/Dockerfile.ztunnel-windows"
 CNI_DOCKERFILE = "cni/deployments/kubernetes/Dockerfile.install-cni-windows"
 

@@ -12,10 +12,11 @@ SINGULAR: Final = "ambientmesh"
 SHORT_NAMES: Final = ("amesh",)
 MESH_NAME: Final = "default"
 
-# The default Istio release of the agents: the newest release before the
-# development line of the istio.io/istio module pinned in
-# hack/cluster/istio/go.mod (a test holds the two together).
-ISTIO_VERSION: Final = "1.30.4"
+# The default Istio release of the agents: the release tagged at the commit of
+# istio.io/istio pinned in hack/cluster/istio/go.mod, whose charts and istiod
+# every test runs (api/releases.py has the fact and its source; a test holds
+# the two together).
+ISTIO_VERSION: Final = "1.31.0"
 
 # Kubernetes minors the rendered manifests are validated against
 # (tests/test_render_validate.py) and docs/installation.md promises.

@@ -356,7 +356,7 @@ class Images(ApiModel):
     tag: ImageTag = Field(
         default=c.ISTIO_VERSION,
         description="The agents' Istio version, and the tag of every image not set in full "
-        "below (a variant may follow: 1.30.4-distroless). A change rolls one platform at a "
+        "below (a variant may follow: 1.31.0-distroless). A change rolls one platform at a "
         "time: Linux, then each Windows build, each once the one before is Ready "
         "(docs/versions.md). Default: the newest Istio release this operator was tested with.",
     )
