@@ -132,7 +132,6 @@ def _str_map(value: Any) -> dict[str, str]:
 
 _WIN_ENV = "applied: the Windows experiment's ztunnel reads the same variable (src/config.rs)"
 _WIN_POD = "applied to the Windows agents' pods and containers too"
-_WIN_LINUX_ONLY = "not applied: "
 
 
 def _ztunnel_resources(values: Mapping[str, Any], spec: dict[str, Any]) -> None:
@@ -193,13 +192,14 @@ _HOST_DNS = "not applied: Windows HostProcess pods resolve with the host"
 _WIN_OWNED = "not applied: the Windows ConfigMaps chain to the node's own CNI file"
 _PROFILE = "profiles are Helm's way to set values; give the values themselves"
 
+_VARIANT = Carried(
+    "spec.images.variant", "not applied: the Windows images have no variants", _to("images.variant")
+)
+_PULL_POLICY = Carried("spec.images.pullPolicy", _WIN_POD, _to("images.pullPolicy"))
+
 # What both charts read alike.
 _BOTH: dict[str, Entry] = {
-    "variant": Carried(
-        "spec.images.variant",
-        "not applied: the Windows images have no variants",
-        _to("images.variant"),
-    ),
+    "variant": _VARIANT,
     "global.networkPolicy.enabled": Carried(
         "spec.networkPolicy.enabled", _NETWORK_POLICY, _to("networkPolicy.enabled", _bool), bool
     ),
@@ -298,7 +298,7 @@ ZTUNNEL: dict[str, Entry] = {
     "env": Carried(
         "spec.ztunnel.env", "applied to the Windows container too", _env("ztunnel"), dict
     ),
-    "imagePullPolicy": Carried("spec.images.pullPolicy", _WIN_POD, _to("images.pullPolicy")),
+    "imagePullPolicy": _PULL_POLICY,
     "multiCluster.clusterName": Carried(
         "spec.multiCluster.clusterName", _WIN_ENV, _to("multiCluster.clusterName")
     ),
@@ -394,47 +394,40 @@ _SELECTORS = (
     "same rule istio-cni applies"
 )
 
+_CNI_IMAGES = "applied: Windows images are <hub>/install-cni-windows:<tag>"
+_CNI_HUB = Carried("spec.images.hub", _CNI_IMAGES, _to("images.hub"))
+_CNI_TAG = Carried("spec.images.tag", _CNI_IMAGES, _to("images.tag"))
+_CNI_LOG_LEVEL = Carried(
+    "spec.istioCni.logLevel", "applied: the same flag on Windows", _to("istioCni.logLevel")
+)
+_WIN_DIRS = "not applied: Windows agents take spec.platforms.windows' directories"
+
+
+def _linux_dir(field: str) -> Carried:
+    return Carried(
+        f"spec.platforms.linux.{field}", _WIN_DIRS, _to(f"platforms.linux.{field}", _given_or_none)
+    )
+
+
 ISTIO_CNI: dict[str, Entry] = {
     **_BOTH,
-    "hub": Carried(
-        "spec.images.hub",
-        "applied: Windows images are <hub>/install-cni-windows:<tag>",
-        _to("images.hub"),
-    ),
-    "tag": Carried(
-        "spec.images.tag",
-        "applied: Windows images are <hub>/install-cni-windows:<tag>",
-        _to("images.tag"),
-    ),
+    "hub": _CNI_HUB,
+    "tag": _CNI_TAG,
     "image": Carried(
         "spec.images.istioCni.linux",
         "not applied: set spec.images.istioCni.windows",
         _to("images.istioCni.linux"),
     ),
-    "pullPolicy": Carried("spec.images.pullPolicy", _WIN_POD, _to("images.pullPolicy")),
-    "logging.level": Carried(
-        "spec.istioCni.logLevel", "applied: the same flag on Windows", _to("istioCni.logLevel")
-    ),
-    "cniBinDir": Carried(
-        "spec.platforms.linux.cniBinDir",
-        "not applied: Windows agents take spec.platforms.windows' directories",
-        _to("platforms.linux.cniBinDir", _given_or_none),
-    ),
-    "cniConfDir": Carried(
-        "spec.platforms.linux.cniConfDir",
-        "not applied: Windows agents take spec.platforms.windows' directories",
-        _to("platforms.linux.cniConfDir", _given_or_none),
-    ),
+    "pullPolicy": _PULL_POLICY,
+    "logging.level": _CNI_LOG_LEVEL,
+    "cniBinDir": _linux_dir("cniBinDir"),
+    "cniConfDir": _linux_dir("cniConfDir"),
     "cniConfFileName": Carried(
         "spec.istioCni.cniConfFileName",
         "applied: CNI_CONF_NAME in the Windows ConfigMaps too",
         _to("istioCni.cniConfFileName", _given_or_none),
     ),
-    "cniNetnsDir": Carried(
-        "spec.platforms.linux.cniNetnsDir",
-        "not applied: Windows agents take spec.platforms.windows' directories",
-        _to("platforms.linux.cniNetnsDir", _given_or_none),
-    ),
+    "cniNetnsDir": _linux_dir("cniNetnsDir"),
     "istioOwnedCNIConfigFileName": Carried(
         "spec.istioCni.istioOwnedCniConfigFileName",
         _WIN_OWNED,
@@ -556,25 +549,11 @@ ISTIO_CNI: dict[str, Entry] = {
         "every revision",
         any_value=True,
     ),
-    "global.hub": Carried(
-        "spec.images.hub",
-        "applied: Windows images are <hub>/install-cni-windows:<tag>",
-        _to("images.hub"),
-    ),
-    "global.tag": Carried(
-        "spec.images.tag",
-        "applied: Windows images are <hub>/install-cni-windows:<tag>",
-        _to("images.tag"),
-    ),
-    "global.variant": Carried(
-        "spec.images.variant",
-        "not applied: the Windows images have no variants",
-        _to("images.variant"),
-    ),
-    "global.imagePullPolicy": Carried("spec.images.pullPolicy", _WIN_POD, _to("images.pullPolicy")),
-    "global.logging.level": Carried(
-        "spec.istioCni.logLevel", "applied: the same flag on Windows", _to("istioCni.logLevel")
-    ),
+    "global.hub": _CNI_HUB,
+    "global.tag": _CNI_TAG,
+    "global.variant": _VARIANT,
+    "global.imagePullPolicy": _PULL_POLICY,
+    "global.logging.level": _CNI_LOG_LEVEL,
     "global.logAsJson": Carried(
         "spec.istioCni.logAsJson",
         "applied: the same flag on Windows",
@@ -684,7 +663,6 @@ def chart_spec(
         raise RefusedValueError(chart, "(file)", "expected a mapping of values")
     given = _given(chart, values)
     spec: dict[str, Any] = {}
-    done: set[int] = set()
     # global.* first: a top-level value of the same field is written after, and wins.
     for path in sorted(given, key=lambda p: (not p.startswith("global."), p)):
         entry, value = ENTRIES[chart][path], given[path]
@@ -695,12 +673,8 @@ def chart_spec(
                 raise RefusedValueError(chart, path, f"{entry.reason} (only {shown} is honoured)")
             continue
         _typed(chart, path, entry, value)
-        # A builder that combines several values runs once, with all of them.
-        if id(entry.build) in done:
-            continue
-        combined = entry.build in (_ztunnel_resources, _cni_resources)
-        if combined:
-            done.add(id(entry.build))
+        # A builder that combines several values (resources) reads them all, so
+        # it writes the same whichever of them it runs for.
         merged = {**CHART_DEFAULTS[chart], **given, "_self": value}
         try:
             entry.build(merged, spec)
