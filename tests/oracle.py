@@ -556,6 +556,9 @@ def _chart_value_fields_rejected(spec: Mapping[str, Any]) -> bool:
     policy = _get(spec, "ztunnel", "dnsPolicy")
     if policy is not None and policy not in _DNS_POLICIES:
         return True
+    # Kubernetes refuses a pod whose dnsPolicy None names no nameserver.
+    if policy == "None" and not _get(spec, "ztunnel", "dnsConfig", "nameservers"):
+        return True
     address = _get(spec, "istiod", "caAddress")
     return address is not None and not _ADDRESS.fullmatch(address)
 

@@ -211,6 +211,13 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         ),
         "spec.platforms.linux.nodeAffinity[0].matchExpressions[0].operator",
     ),
+    # Found by the fuzz test (seed 1163165953): the API server refused the DaemonSet instead.
+    ("dns-policy-none-alone", _mesh(ztunnel={"dnsPolicy": "None"}), "spec.ztunnel"),
+    (
+        "dns-policy-none-without-nameservers",
+        _mesh(ztunnel={"dnsPolicy": "None", "dnsConfig": {"searches": ["svc.cluster.local"]}}),
+        "spec.ztunnel",
+    ),
 ]
 
 # Every field Istio's chart values become, set at once: valid, and kept as written.

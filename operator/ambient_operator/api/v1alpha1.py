@@ -219,7 +219,11 @@ ZTUNNEL_MOUNT_PATHS = [
 ]
 
 
-def _ztunnel_volume_rules() -> list[dict[str, str]]:
+# Kubernetes' own rule for a pod: dnsPolicy None takes its resolver from dnsConfig alone.
+_DNS_NONE_MESSAGE = "dnsPolicy None needs dnsConfig with at least one nameserver"
+
+
+def _ztunnel_rules() -> list[dict[str, str]]:
     ours = ", ".join(f"'{n}'" for n in ZTUNNEL_VOLUMES)
     paths = ", ".join(f"'{p}'" for p in ZTUNNEL_MOUNT_PATHS)
     return [
@@ -233,6 +237,11 @@ def _ztunnel_volume_rules() -> list[dict[str, str]]:
             f"!(m.mountPath in [{paths}]))",
             "message": "each volumeMount must name one of volumes, at a path ztunnel does not "
             "mount itself",
+        },
+        {
+            "rule": "!has(self.dnsPolicy) || self.dnsPolicy != 'None' || (has(self.dnsConfig) && "
+            "has(self.dnsConfig.nameservers) && size(self.dnsConfig.nameservers) > 0)",
+            "message": _DNS_NONE_MESSAGE,
         },
     ]
 
@@ -559,7 +568,7 @@ class Ztunnel(Agent):
     """ztunnel settings."""
 
     model_config = ConfigDict(
-        json_schema_extra={"x-kubernetes-validations": cast(JsonValue, _ztunnel_volume_rules())}
+        json_schema_extra={"x-kubernetes-validations": cast(JsonValue, _ztunnel_rules())}
     )
 
     rollout: ZtunnelRollout = Field(
@@ -613,7 +622,9 @@ class Ztunnel(Agent):
     )
 
     @model_validator(mode="after")
-    def _volumes(self) -> Ztunnel:
+    def _valid(self) -> Ztunnel:
+        if self.dns_policy == "None" and not (self.dns_config and self.dns_config.nameservers):
+            raise ValueError(_DNS_NONE_MESSAGE)
         names = [v.name for v in self.volumes or []]
         if set(names) & set(ZTUNNEL_VOLUMES):
             raise ValueError(f"volume names must not be ztunnel's own ({ZTUNNEL_VOLUMES})")
