@@ -43,6 +43,7 @@ DEFAULTS = "defaults"
 # Values whose change changes the operator's RBAC, as `--set` would write them.
 TOGGLES: dict[str, dict[str, Any]] = {
     "nodeReadiness.enabled=true": {"nodeReadiness": {"enabled": True}},
+    "adoption.enabled=true": {"adoption": {"enabled": True}},
     "webhook.certManager.enabled=true": {"webhook": {"certManager": {"enabled": True}}},
     "webhook.enabled=false": {"webhook": {"enabled": False}},
     "leaderElection.enabled=false": {"leaderElection": {"enabled": False}},

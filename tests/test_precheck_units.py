@@ -15,6 +15,7 @@ from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.cli import precheck as pc
 from ambient_operator.cli.main import build_parser
 from ambient_operator.cluster.facts import NodeFacts
+from ambient_operator.cluster.helm_releases import HelmRelease, ReleaseObject
 from ambient_operator.status import precheck as p
 
 WS2019, WS2022 = "10.0.17763", "10.0.20348"
@@ -109,6 +110,7 @@ def test_a_healthy_cluster_blocks_nothing() -> None:
         "version-skew": ["ok"],
         "gateway-api": ["ok"],
         "upstream-agents": ["ok"],
+        "helm-releases": ["ok"],
         "namespace-labels": ["ok"],
         "windows-pods": ["ok"],
         "webhook": ["ok"],
@@ -323,6 +325,7 @@ def test_every_check_says_when_it_blocks_and_warns() -> None:
         "version-skew",
         "gateway-api",
         "upstream-agents",
+        "helm-releases",
         "namespace-labels",
         "windows-pods",
         "webhook",
@@ -372,3 +375,101 @@ def test_windows_pods_missing_the_workaround_are_the_webhooks_decision(workaroun
     ]
     # Before installing: the defaults decide.
     assert len(pc._windows_misses(pods, namespaces, None, nodes, {})) == 1
+
+
+# -- helm-releases: what spec.adopt would do ---------------------------------------------------
+
+_HELM_META = {
+    "labels": {"app.kubernetes.io/managed-by": "Helm", "app": "ztunnel"},
+    "annotations": {
+        "meta.helm.sh/release-name": "ztunnel",
+        "meta.helm.sh/release-namespace": "istio-system",
+    },
+}
+
+
+def _helm_ztunnel(pods: int = 1) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "ztunnel", "namespace": "istio-system", "uid": "h1", **_HELM_META},
+        "spec": {
+            "selector": {"matchLabels": {"app": "ztunnel"}},
+            "template": {"metadata": {"labels": {"app": "ztunnel"}}, "spec": {}},
+        },
+        "status": {"currentNumberScheduled": pods},
+    }
+
+
+def _helm_snapshot(spec: AmbientMeshSpec, *extra: Any) -> p.Snapshot:
+    ds = _helm_ztunnel()
+    sa = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "ztunnel", "namespace": "istio-system", "uid": "h2", **_HELM_META},
+    }
+    release = HelmRelease(
+        name="ztunnel",
+        namespace="istio-system",
+        version=2,
+        status="deployed",
+        chart="ztunnel",
+        chart_version="1.31.0",
+        app_version="1.31.0",
+        values={},
+        objects=(
+            ReleaseObject("v1", "ServiceAccount", "istio-system", "ztunnel"),
+            ReleaseObject("apps/v1", "DaemonSet", "istio-system", "ztunnel"),
+        ),
+        record="sh.helm.release.v1.ztunnel.v2",
+    )
+    return _snapshot(
+        spec=spec,
+        daemonsets=[ds],
+        helm_releases={"ztunnel": release},
+        helm_live={
+            ("apps/v1", "DaemonSet", "istio-system", "ztunnel"): ds,
+            ("v1", "ServiceAccount", "istio-system", "ztunnel"): sa,
+        },
+        helm_labelled=[ds, sa, *extra],
+    )
+
+
+def test_a_helm_release_is_listed_with_what_adopt_would_take() -> None:
+    findings = p.judge(_helm_snapshot(AmbientMeshSpec()))
+    finding = _only(findings, "helm-releases", "info")
+    assert finding.message.startswith(
+        "Helm release istio-system/ztunnel (ztunnel 1.31.0): with ztunnel in "
+        "spec.adopt.helmReleases, the operator would take 2 object(s) as they run, and no pod "
+        "restarts; the first change of the AmbientMesh afterwards replaces ztunnel: 1 pod(s) "
+        "on linux, "
+    ), finding.message
+    assert finding.items == (
+        "DaemonSet istio-system/ztunnel",
+        "ServiceAccount istio-system/ztunnel",
+    )
+    # Not named in spec.adopt: Helm's agents still block.
+    _only(findings, "upstream-agents", "blocking")
+
+
+def test_a_release_named_in_adopt_no_longer_blocks() -> None:
+    spec = AmbientMeshSpec.model_validate({"adopt": {"helmReleases": ["ztunnel"]}})
+    findings = p.judge(_helm_snapshot(spec))
+    _only(findings, "upstream-agents", "ok")
+    finding = _only(findings, "helm-releases", "info")
+    assert "spec.adopt names it: it takes 2 object(s)" in finding.message
+
+
+def test_a_release_adopt_would_refuse_is_a_warning_naming_the_object() -> None:
+    stray = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "team", "namespace": "istio-system", **_HELM_META},
+    }
+    findings = p.judge(_helm_snapshot(AmbientMeshSpec(), stray))
+    finding = _only(findings, "helm-releases", "warning")
+    assert finding.items == (
+        "ConfigMap istio-system/team: carries Helm release istio-system/ztunnel's ownership "
+        "metadata but is not in its record, so Helm did not make it; remove that metadata or "
+        "the object",
+    )

@@ -60,6 +60,8 @@ class MeshReason(StrEnum):
     NAME_CONFLICT = "NameConflict"
     RENDER_FAILED = "RenderFailed"
     APPLY_FAILED = "ApplyFailed"
+    ADOPTED_AS_IS = "AdoptedAsIs"
+    ADOPTION_REFUSED = "AdoptionRefused"
     # Ready
     AGENTS_READY = "AgentsReady"
     DAEMONSET_NOT_READY = "DaemonSetNotReady"
@@ -149,6 +151,12 @@ class WaypointEvent(StrEnum):
     NAME_CONFLICT = "NameConflict"
     CLASS_DEFAULTS_NOT_PINNED = "ClassDefaultsNotPinned"
     REPLICAS_LEFT_TO_AUTOSCALER = "ReplicasLeftToAutoscaler"
+
+
+class MeshEvent(StrEnum):
+    """Warning Events on the AmbientMesh that no condition carries (it is being deleted)."""
+
+    ORPHAN_FAILED = "OrphanFailed"
 
 
 class PodEvent(StrEnum):
@@ -330,10 +338,40 @@ MESH_CONDITIONS = Table(
             "object and who manages it (its controller, or its field managers such as `helm`); "
             "DaemonSets that would use such an object are not written. It is never changed, "
             "adopted or deleted, and nothing is pruned in that pass.",
-            "Remove the other install (`helm uninstall` of Istio's `ztunnel`/`istio-cni` charts) "
-            "or the object, or choose another `spec.namespace`. The operator retries on every "
-            "pass.",
+            "To move an install of Istio's `ztunnel`/`istio-cni` charts over without a restart, "
+            "name its releases in `spec.adopt.helmReleases` ([migration.md](migration.md)). "
+            "Otherwise remove the other install or the object, or choose another "
+            "`spec.namespace`. The operator retries on every pass.",
             _RECONCILED_FALSE,
+        ),
+        Row(
+            MeshReason.ADOPTION_REFUSED,
+            "`spec.adopt.helmReleases` names a Helm release that is not in `spec.namespace`, is "
+            "not of Istio's `ztunnel` or `istio-cni` chart, or holds an object the operator does "
+            "not render; or an object carries a named release's Helm metadata without being in "
+            "its record. The message and `status.adoption.refused` name each object and why. "
+            "Nothing at all is written in that pass: the take-over is whole or not at all.",
+            "`helm list -n <namespace>` and `helm get manifest ztunnel -n <namespace>` (or "
+            "`istio-cni`) show what a release holds. Remove the object named (or its Helm "
+            "metadata), or take the release out of "
+            "`spec.adopt`. When the records cannot be read (403), install the operator's chart "
+            "with `adoption.enabled=true`. The operator checks again on its next pass (any "
+            "change of the AmbientMesh starts one).",
+            _RECONCILED_FALSE,
+        ),
+        Row(
+            MeshReason.ADOPTED_AS_IS,
+            "Objects of the releases in `spec.adopt.helmReleases` are the operator's now, and "
+            "their DaemonSets still run the pod template Helm made, so no agent restarted. "
+            "`status.adoption.asIs` lists each DaemonSet, its pods and the fields of its "
+            "template that the next change of the AmbientMesh will apply (its pods are then "
+            "replaced by the ordered rollout).",
+            "Have Helm forget each release before anything runs `helm uninstall` on it (it "
+            "would delete the objects): `kubectl delete secret -n <namespace> -l "
+            "owner=helm,name=ztunnel`, and the same for `istio-cni`. Change the AmbientMesh "
+            "when you are ready for the "
+            "restart ([migration.md](migration.md)).",
+            when(MeshCondition.RECONCILED, "True"),
         ),
         Row(
             MeshReason.RENDER_FAILED,
@@ -767,6 +805,25 @@ WAYPOINT_EVENTS = Table(
     ),
 )
 
+MESH_EVENTS = Table(
+    "mesh-events",
+    _EVENT_COLUMNS,
+    (
+        Row(
+            MeshEvent.ORPHAN_FAILED,
+            "The AmbientMesh is being deleted with `spec.deletionPolicy: Orphan`, and the "
+            "operator could not remove its owner reference, labels and annotations from the "
+            "objects named (the API server refused the write). Its finalizer "
+            "`ambientoperator.io/orphan-agents` keeps the AmbientMesh, and with it every agent, "
+            "until they are let go; the operator tries again on every event.",
+            "Fix what the message names (often RBAC: the operator's chart grants it); to give "
+            "up keeping the agents, remove the finalizer and they are garbage-collected with "
+            "the AmbientMesh.",
+            "AmbientMesh",
+        ),
+    ),
+)
+
 POD_EVENTS = Table(
     "pod-events",
     _EVENT_COLUMNS,
@@ -937,6 +994,7 @@ TROUBLESHOOTING_TABLES = (
     NAMESPACE_EVENTS,
     GATEWAY_CONDITIONS,
     WAYPOINT_EVENTS,
+    MESH_EVENTS,
     POD_EVENTS,
     ADMISSION_DECISIONS,
     BAD_REVIEWS,
@@ -951,6 +1009,7 @@ VOCABULARY: tuple[type[StrEnum], ...] = (
     GatewayCondition,
     GatewayReason,
     WaypointEvent,
+    MeshEvent,
     PodEvent,
     AdmissionReason,
     BadReviewReason,

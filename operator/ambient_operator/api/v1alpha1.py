@@ -902,6 +902,33 @@ class MultiCluster(ApiModel):
     )
 
 
+# Helm's own rule for a release name (pkg/chartutil ValidateReleaseName): a
+# DNS-1123 subdomain of at most 53 characters.
+HelmReleaseName = Annotated[
+    str,
+    Field(
+        max_length=53,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+    ),
+]
+DeletionPolicy = Literal["Delete", "Orphan"]
+
+
+class Adopt(ApiModel):
+    """Consent to take over objects the operator did not create, by Helm release."""
+
+    helm_releases: Annotated[list[HelmReleaseName], Field(max_length=8)] = Field(
+        default_factory=list,
+        description="Helm releases in spec.namespace (Istio's ztunnel and istio-cni charts) "
+        "whose objects the operator takes over as they run: the DaemonSets keep their pod "
+        "templates, so no agent restarts, until a later change of this AmbientMesh is rolled. "
+        "Only the objects in each release's record that carry its Helm ownership metadata are "
+        "taken; a release that is missing, or that holds an object the operator does not "
+        "render, is reported in status.adoption and nothing of it is taken (docs/migration.md)",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+
+
 class AmbientMeshSpec(ApiModel):
     """What the platform team asks of the ambient data plane."""
 
@@ -945,6 +972,14 @@ class AmbientMeshSpec(ApiModel):
     )
     waypoints: Waypoints = Waypoints()
     node_readiness: NodeReadiness = NodeReadiness()
+    adopt: Adopt = Adopt()
+    deletion_policy: DeletionPolicy = Field(
+        default="Delete",
+        description="What deleting this AmbientMesh does to the agents. Delete: they are "
+        "garbage-collected with it. Orphan: every data-plane object stays and keeps running, "
+        "with the operator's owner reference, labels and annotations removed, for Istio's "
+        "charts to take back with helm install --take-ownership (docs/migration.md)",
+    )
 
 
 class Condition(ApiModel):
@@ -1066,6 +1101,44 @@ class VersionStatus(ApiModel):
     )
 
 
+class AsIsDaemonSet(ApiModel):
+    """A DaemonSet taken over from Helm that still runs Helm's pod template."""
+
+    name: str
+    platform: str = Field(description="linux, or the Windows build")
+    pods: int = Field(
+        default=0, description="Pods it runs now: each restarts when the next change is rolled."
+    )
+    differences: Annotated[list[Annotated[str, Field(max_length=512)]], Field(max_length=32)] = (
+        Field(
+            default=[],
+            description="Fields of the pod template where what runs differs from what the "
+            "operator renders: the next change of this AmbientMesh applies them. At most 32.",
+        )
+    )
+
+
+class AdoptionStatus(ApiModel):
+    """What spec.adopt took over, or why it took nothing."""
+
+    releases: Annotated[list[str], Field(max_length=8)] = []
+    taken: Annotated[list[Annotated[str, Field(max_length=512)]], Field(max_length=64)] = Field(
+        default=[], description="Each object taken over from the releases (Kind namespace/name)."
+    )
+    left_with_helm: Annotated[list[Annotated[str, Field(max_length=512)]], Field(max_length=32)] = (
+        Field(
+            default=[],
+            description="RBAC of the releases that the operator does not render (the istio-cni "
+            "chart's roles and bindings): left to Helm; the operator's chart grants the same.",
+        )
+    )
+    refused: Annotated[list[Annotated[str, Field(max_length=1024)]], Field(max_length=32)] = Field(
+        default=[],
+        description="Why nothing is taken: each release or object and its reason.",
+    )
+    as_is: Annotated[list[AsIsDaemonSet], Field(max_length=16)] = []
+
+
 class AmbientMeshStatus(ApiModel):
     """What the operator observed and did."""
 
@@ -1079,6 +1152,9 @@ class AmbientMeshStatus(ApiModel):
     versions: VersionStatus | None = None
     node_readiness: NodeReadinessStatus | None = Field(
         default=None, description="Set while spec.nodeReadiness.enabled"
+    )
+    adoption: AdoptionStatus | None = Field(
+        default=None, description="Set while spec.adopt names Helm releases"
     )
 
 

@@ -34,9 +34,10 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from ambient_operator.api import constants as c
+from ambient_operator.apply.adopt import ADOPTED_FROM, AS_IS, Takeover, absorbs, helm_managers
 from ambient_operator.apply.ownership import conflict, describe, may_prune
 from ambient_operator.apply.placement import placement_problem
-from ambient_operator.apply.plan import Owner
+from ambient_operator.apply.plan import HASH_ANNOTATION, Owner
 from ambient_operator.kube.client import Kube, KubeError
 from ambient_operator.kube.resources import KINDS, kind_of
 
@@ -81,14 +82,16 @@ def _union(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _as_applied(entries: list[Any]) -> list[Any] | None:
+def _as_applied(entries: list[Any], helm: Collection[str] = ()) -> list[Any] | None:
     """The managedFields with our POST's entry made part of our apply entry; None if none is.
 
     Our create leaves an `Update` entry; kept, its fields would outlive our
     applies that stop setting them (a PodDisruptionBudget would keep its
     minAvailable beside a new maxUnavailable, which the API server refuses).
     One manager has one apply entry, so an apply entry already there takes
-    the fields in.
+    the fields in. A take-over passes the `helm` managers, whose entries are
+    made ours the same way: what Helm set and the operator does not is then
+    dropped by its next apply, as if the operator had set it.
     """
 
     def ours(entry: Any, operation: str) -> bool:
@@ -99,7 +102,11 @@ def _as_applied(entries: list[Any]) -> list[Any] | None:
             and not entry.get("subresource")
         )
 
-    posted = [e for e in entries if ours(e, "Update")]
+    posted = [
+        e
+        for e in entries
+        if ours(e, "Update") or (isinstance(e, Mapping) and helm and absorbs(e, helm))
+    ]
     if not posted:
         return None
     applied = next((e for e in entries if ours(e, "Apply")), None)
@@ -109,11 +116,14 @@ def _as_applied(entries: list[Any]) -> list[Any] | None:
     for entry in [*posted, *([applied] if applied is not None else [])]:
         fields = _union(fields, entry.get("fieldsV1") or {})
     merged["fieldsV1"] = fields
-    rest = [e for e in entries if not (ours(e, "Update") or ours(e, "Apply"))]
+    merged["manager"] = c.FIELD_MANAGER
+    rest = [e for e in entries if not (any(e is p for p in posted) or ours(e, "Apply"))]
     return [*rest, merged]
 
 
-def claim_for_apply(kube: Kube, obj: Mapping[str, Any]) -> dict[str, Any]:
+def claim_for_apply(
+    kube: Kube, obj: Mapping[str, Any], helm: Collection[str] = ()
+) -> dict[str, Any]:
     """Turn the fields our POST set into fields our server-side apply owns.
 
     Anyone may write between our POST and this patch (a controller's first
@@ -128,7 +138,7 @@ def claim_for_apply(kube: Kube, obj: Mapping[str, Any]) -> dict[str, Any]:
             # Only the object whose ownership was checked is claimed.
             raise KubeError(409, "Conflict", f"{describe(obj)} was replaced while we wrote it")
         meta = current["metadata"]
-        entries = _as_applied(list(meta.get("managedFields") or []))
+        entries = _as_applied(list(meta.get("managedFields") or []), helm)
         if entries is None:
             return dict(current)
         patch = {"metadata": {"managedFields": entries, "resourceVersion": meta["resourceVersion"]}}
@@ -150,6 +160,7 @@ def write(
     owner: Owner | None,
     *,
     claim: bool = True,
+    takeover: Takeover | None = None,
 ) -> dict[str, Any]:
     """Create or update `obj` (prepared by apply.prepare); `live` is what the cache holds.
 
@@ -160,11 +171,22 @@ def write(
     failed): one request less per object that is never updated. Only for an
     object with an `owner`, whose reference makes it ours: without one, our
     apply entry is what does (apply/ownership.py), and a creation is claimed.
+
+    `takeover` (apply/adopt.py) lets through an object that is not ours when
+    it is exactly the one the take-over checked (same UID, the same Helm
+    release's metadata, read again before the write); Helm's field entries
+    are then made ours before the apply.
     """
     if not claim and owner is None:
         raise ValueError(f"{describe(obj)}: an unclaimed creation needs an owner")
     _refuse_unplaced(obj)
-    why = conflict(live, owner)
+
+    def refusal(current: Mapping[str, Any] | None) -> str | None:
+        if takeover is not None and takeover.allows(current) is not None:
+            return None
+        return conflict(current, owner)
+
+    why = refusal(live)
     if why is not None:
         raise NameConflictError(why)
     if live is None:
@@ -176,21 +198,25 @@ def write(
                 raise
         # Somebody holds the name already (our cache had not seen it).
         live = _read(kube, obj)
-        why = conflict(live, owner)
+        why = refusal(live)
         if why is not None:
             raise NameConflictError(why)
         if live is None:
             raise KubeError(409, "Conflict", f"{describe(obj)} changed while we wrote it")
-    if _as_applied(list(live["metadata"].get("managedFields") or [])) is not None:
+    taking = takeover is not None and conflict(live, owner) is not None
+    helm = helm_managers(live) if taking else frozenset()
+    if taking or _as_applied(list(live["metadata"].get("managedFields") or [])) is not None:
         # A cache keeps other managers' entries without their fields
         # (kube/resources.cached_copy): the claim writes them back, so it is
         # made from the object as the API server holds it.
         fresh = _read(kube, live)
         if fresh is not None:
-            why = conflict(fresh, owner)
+            why = refusal(fresh)
             if why is not None:
                 raise NameConflictError(why)
-            live = claim_for_apply(kube, fresh)
+            if taking:
+                helm = helm_managers(fresh)
+            live = claim_for_apply(kube, fresh, helm)
     for attempt in range(2):
         body = copy.deepcopy(dict(obj))
         body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
@@ -200,7 +226,7 @@ def write(
             if exc.status != 409 or attempt:
                 raise
         live = _read(kube, obj)
-        why = conflict(live, owner) if live is not None else None
+        why = refusal(live) if live is not None else None
         if why is not None:
             raise NameConflictError(why)
         if live is None:
@@ -332,6 +358,56 @@ def remove_taint(
         content_type="application/json-patch+json",
     )
     return result
+
+
+# Our labels and annotations, which orphaning removes: without them nothing
+# selects the object as ours, and Helm's --take-ownership finds it bare.
+_OURS_LABELS = (c.LABEL_MANAGED_BY, c.LABEL_CONTROLLER)
+_OURS_ANNOTATIONS = (HASH_ANNOTATION, ADOPTED_FROM, AS_IS)
+
+
+def orphan(kube: Kube, live: Mapping[str, Any], owner: Owner) -> dict[str, Any]:
+    """Let go of an object of ours: its controller reference to `owner`, our labels and
+    annotations removed, everything else as it runs (spec.deletionPolicy Orphan).
+
+    A DaemonSet's pod template is not touched, so no pod restarts. Ownership
+    is checked and the resourceVersion carried, as for every write.
+    """
+    why = conflict(live, owner)
+    if why is not None:
+        raise NameConflictError(why)
+    meta = live["metadata"]
+    refs = [r for r in meta.get("ownerReferences") or [] if r.get("uid") != owner.uid]
+    # In a merge patch, null removes a key: the reference list when no other
+    # owner is left, and each of our labels and annotations.
+    body: dict[str, Any] = {
+        "resourceVersion": meta["resourceVersion"],
+        "ownerReferences": refs or None,
+    }
+    labels = {k: None for k in _OURS_LABELS if k in (meta.get("labels") or {})}
+    annotations = {k: None for k in _OURS_ANNOTATIONS if k in (meta.get("annotations") or {})}
+    if labels:
+        body["labels"] = labels
+    if annotations:
+        body["annotations"] = annotations
+    patch = {"metadata": body}
+    return kube.merge_patch(kind_of(dict(live)), meta["name"], meta.get("namespace"), patch)
+
+
+def set_finalizer(kube: Kube, obj: Mapping[str, Any], finalizer: str, present: bool) -> None:
+    """Add or remove one finalizer of an object the operator reads (the AmbientMesh).
+
+    The list is written whole at the resourceVersion it was read at, so a
+    finalizer somebody else added meanwhile is not lost (409: the next pass
+    reads it again).
+    """
+    meta = obj["metadata"]
+    held = list(meta.get("finalizers") or [])
+    if (finalizer in held) == present:
+        return
+    wanted = [*held, finalizer] if present else [f for f in held if f != finalizer]
+    patch = {"metadata": {"resourceVersion": meta["resourceVersion"], "finalizers": wanted}}
+    kube.merge_patch(kind_of(dict(obj)), meta["name"], meta.get("namespace"), patch)
 
 
 def apply_requested(kube: Kube, obj: Mapping[str, Any]) -> dict[str, Any]:

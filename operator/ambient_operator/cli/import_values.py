@@ -48,6 +48,10 @@ def run(args: argparse.Namespace) -> int:
     except RefusedValueError as exc:
         print(f"ambient-operator import-values: {exc}", file=sys.stderr)
         return EXIT_REFUSED
+    if args.adopt:
+        # Consent by name: the releases these values came from are taken over
+        # as they run (docs/migration.md).
+        mesh.setdefault("spec", {})["adopt"] = {"helmReleases": list(dict.fromkeys(args.adopt))}
     if args.output == "json":
         sys.stdout.write(json.dumps(mesh, indent=2, sort_keys=True) + "\n")
     else:
@@ -84,6 +88,15 @@ def add_parser(sub: Any) -> None:
         default="istio-system",
         help="the namespace the charts were installed in (helm --namespace), where the "
         "agents and istiod run (default istio-system)",
+    )
+    parser.add_argument(
+        "--adopt",
+        action="append",
+        metavar="RELEASE",
+        default=[],
+        help="a Helm release (in --namespace) for the AmbientMesh to take over as it runs, "
+        "without restarting its agents: spec.adopt.helmReleases (repeat for each release; "
+        "docs/migration.md)",
     )
     parser.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
     parser.set_defaults(func=run)

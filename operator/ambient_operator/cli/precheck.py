@@ -22,10 +22,18 @@ from pydantic import ValidationError
 
 from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
+from ambient_operator.apply.adopt import (
+    CHARTS,
+    HELM_MANAGED_BY,
+    MANAGED_BY_LABEL,
+    TAKEABLE_KINDS,
+    release_key,
+)
 from ambient_operator.cluster.facts import NodeFacts
+from ambient_operator.cluster.helm_releases import ReleaseRecordError, read_releases
 from ambient_operator.kube.client import Kube, KubeError
 from ambient_operator.kube.credentials import CredentialsError, load_credentials
-from ambient_operator.kube.resources import KINDS, Kind
+from ambient_operator.kube.resources import KINDS, Kind, ObjectKey
 from ambient_operator.render.waypoints.listeners import is_waypoint
 from ambient_operator.status import precheck as p
 from ambient_operator.webhook import decide as d
@@ -171,6 +179,34 @@ def _webhook(read: _Reader) -> p.Webhook:
     return p.Webhook(configured=True, service=f"{namespace}/{name}", ready_endpoints=ready)
 
 
+def _helm(read: _Reader, namespace: str) -> dict[str, Any]:
+    """The Helm releases of Istio's agent charts in `namespace`, and what spec.adopt reads."""
+    try:
+        releases = {
+            name: release
+            for name, release in read_releases(read.kube, namespace).items()
+            if release.chart in CHARTS
+        }
+    except KubeError as exc:
+        read.refused(f"secrets in {namespace} (Helm release records)", exc)
+        return {}
+    except ReleaseRecordError as exc:
+        read.unreadable.append(str(exc))
+        return {}
+    live: dict[ObjectKey, dict[str, Any] | None] = {}
+    for release in releases.values():
+        for obj in release.objects:
+            kind = KINDS.get((obj.api_version, obj.kind))
+            if kind is not None:
+                live[release_key(obj)] = read.get(kind, obj.name, obj.namespace)
+    labelled = []
+    for api_version, kind_name in TAKEABLE_KINDS:
+        labelled += read.items(
+            KINDS[(api_version, kind_name)], namespace, f"{MANAGED_BY_LABEL}={HELM_MANAGED_BY}"
+        )
+    return {"helm_releases": releases, "helm_live": live, "helm_labelled": labelled}
+
+
 def snapshot(kube: Kube) -> p.Snapshot:
     """Read everything the checks judge (GET and LIST only)."""
     read = _Reader(kube)
@@ -201,6 +237,7 @@ def snapshot(kube: Kube) -> p.Snapshot:
         str(rc["metadata"]["name"]): dict(rc.get("scheduling") or {})
         for rc in read.items(RUNTIME_CLASS)
     }
+    helm = _helm(read, spec.namespace)
     misses = _windows_misses(
         read.items(KINDS[("v1", "Pod")]), namespaces, mesh, facts, runtime_classes
     )
@@ -218,6 +255,8 @@ def snapshot(kube: Kube) -> p.Snapshot:
         waypoints=waypoints,
         windows_misses=misses,
         webhook=_webhook(read),
+        mesh_uid=str(((mesh or {}).get("metadata") or {}).get("uid") or ""),
+        **helm,
         unreadable=tuple(read.unreadable),
     )
 

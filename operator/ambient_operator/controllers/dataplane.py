@@ -20,10 +20,11 @@ What it may touch, and when:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -31,6 +32,7 @@ from pydantic import ValidationError
 from ambient_operator.api import metrics
 from ambient_operator.api.conditions import (
     MeshCondition,
+    MeshEvent,
     MeshReason,
     Problem,
     Verdict,
@@ -41,11 +43,13 @@ from ambient_operator.api.v1alpha1 import (
     ComponentStatus,
     Enrollment,
 )
+from ambient_operator.apply.adopt import Takeover, as_adopted
 from ambient_operator.apply.ownership import describe
 from ambient_operator.apply.plan import Owner, PassMemo, plan
-from ambient_operator.apply.writer import NameConflictError, prune, write
+from ambient_operator.apply.writer import NameConflictError, prune, set_finalizer, write
 from ambient_operator.cluster.enrollment import summarize
 from ambient_operator.cluster.facts import node_os
+from ambient_operator.controllers.adoption import ORPHAN_FINALIZER, gather_takeover, orphan_all
 from ambient_operator.controllers.dataplane_moves import (
     CONTROLLER,
     DataplaneMoves,
@@ -57,6 +61,7 @@ from ambient_operator.controllers.node_readiness import NodeReadinessGate
 from ambient_operator.kube.client import KubeError
 from ambient_operator.kube.resources import ObjectKey, key_of
 from ambient_operator.render import RenderResult, render_dataplane
+from ambient_operator.status.adoption import adoption_status, as_is_message
 from ambient_operator.status.components import (
     ApplyOutcome,
     build_status,
@@ -99,8 +104,14 @@ class DataplaneController(DataplaneMoves):
     async def reconcile(self) -> None:
         """One pass; writes only what differs."""
         mesh = self.state.mesh
-        if mesh is None or mesh.get("metadata", {}).get("deletionTimestamp"):
-            return  # garbage collection removes what the mesh owned
+        if mesh is None:
+            return
+        if mesh.get("metadata", {}).get("deletionTimestamp"):
+            # Garbage collection removes what the mesh owned, unless
+            # spec.deletionPolicy Orphan put our finalizer on it.
+            if ORPHAN_FINALIZER in (mesh["metadata"].get("finalizers") or []):
+                await self._orphan(mesh)
+            return
         started = time.monotonic()
         metrics.RECONCILES.labels(controller=CONTROLLER).inc()
         try:
@@ -119,6 +130,22 @@ class DataplaneController(DataplaneMoves):
             await self._fail(mesh, previous, generation, MeshReason.INVALID_SPEC, spec_error(exc))
             return
         owner = Owner.of(mesh)
+        try:
+            await asyncio.to_thread(
+                set_finalizer, self.kube, mesh, ORPHAN_FINALIZER, spec.deletion_policy == "Orphan"
+            )
+        except KubeError as exc:
+            # Reported, not fatal: the agents are kept as the spec says; only
+            # what deleting the AmbientMesh does waits for the next pass.
+            await self._fail(
+                mesh,
+                previous,
+                generation,
+                MeshReason.APPLY_FAILED,
+                f"spec.deletionPolicy: the AmbientMesh's finalizer {ORPHAN_FINALIZER} "
+                f"could not be written: {exc.message}",
+            )
+            return
         refusal = await self.namespace_refusal(spec.namespace, owner)
         self.state.refused_namespace = spec.namespace if refusal is not None else None
         if refusal is not None:
@@ -140,8 +167,11 @@ class DataplaneController(DataplaneMoves):
             await self._fail(mesh, previous, generation, MeshReason.RENDER_FAILED, str(exc))
             return
 
-        outcome = await self._apply(owner, spec.namespace, moving_from, result)
+        takeover = await self._takeover(spec, owner, result)
+        outcome = await self._apply(owner, spec.namespace, moving_from, result, takeover)
         outcome.rollout = rollout_message(result.rollout)
+        adoption = adoption_status(takeover, self.ours(owner), result.objects)
+        outcome.as_is = as_is_message(adoption, spec.namespace)
         reconciled = outcome.verdict(len(result.objects))
         if reconciled.status != "True":
             metrics.RECONCILE_ERRORS.labels(controller=CONTROLLER, reason=reconciled.reason).inc()
@@ -163,20 +193,74 @@ class DataplaneController(DataplaneMoves):
             node_readiness=gated,
             versions=version_status(spec, result.rollout, self.istiod(spec)),
             platform=platform,
+            adoption=adoption,
         )
         self._export_metrics(result, status.enrollment)
         await self._write_status(mesh, previous, status)
 
+    async def _takeover(
+        self, spec: AmbientMeshSpec, owner: Owner, result: RenderResult
+    ) -> Takeover | None:
+        """What spec.adopt may take this pass (apply/adopt.py); None when it names nothing.
+
+        The release records are read when an object the operator renders is
+        not yet its own (a take-over to make, or an object to create) and
+        once after a start; otherwise the last answer stands.
+        """
+        names = tuple(spec.adopt.helm_releases)
+        if not names:
+            self.takeover = None
+            return None
+        ours = self.ours(owner)
+        rendered = {key_of(obj) for obj in result.objects}
+        held = self.takeover
+        if held is not None and held.releases == names and rendered <= ours.keys():
+            return held
+        self.takeover = await asyncio.to_thread(
+            gather_takeover, self.kube, spec.namespace, names, rendered, owner, ours
+        )
+        return self.takeover
+
+    async def _orphan(self, mesh: dict[str, Any]) -> None:
+        """spec.deletionPolicy Orphan: let go of every agent, then let the deletion finish."""
+        owner = Owner.of(mesh)
+        failed = await asyncio.to_thread(orphan_all, self.kube, self.ours(owner), owner)
+        if failed:
+            log.warning("AmbientMesh deletion waits: %s", "; ".join(failed))
+            await asyncio.to_thread(
+                self.events.post,
+                mesh,
+                "Warning",
+                MeshEvent.ORPHAN_FAILED,
+                "spec.deletionPolicy Orphan: these objects keep the AmbientMesh's owner "
+                f"reference, so its deletion waits: {'; '.join(failed)}",
+            )
+            return
+        with contextlib.suppress(KubeError):  # 409/404: the next event tells again
+            await asyncio.to_thread(set_finalizer, self.kube, mesh, ORPHAN_FINALIZER, False)
+
     async def _apply(
-        self, owner: Owner, target: str, moving_from: Sequence[str], result: RenderResult
+        self,
+        owner: Owner,
+        target: str,
+        moving_from: Sequence[str],
+        result: RenderResult,
+        takeover: Takeover | None = None,
     ) -> ApplyOutcome:
+        outcome = ApplyOutcome()
+        if takeover is not None and takeover.refused:
+            outcome.refused = takeover.refused
+            return outcome  # consent that cannot be honoured whole writes nothing
+        ours = self.ours(owner)
+        objects: Sequence[dict[str, Any]] = result.objects
+        if takeover is not None:
+            objects = [self._as_adopted(obj, ours, takeover) for obj in objects]
         # In the loop, not a thread: what the last pass prepared costs a
         # comparison, and a hop to a thread and back cost more than that.
-        prepared = self.memo.prepare(result.objects, owner, CONTROLLER)
+        prepared = self.memo.prepare(objects, owner, CONTROLLER)
         # Only this mesh's objects can be up to date or pruned; anything else
         # under a name we want is written through the writer, which refuses it.
-        todo = plan(prepared, self.ours(owner), self.memo)
-        outcome = ApplyOutcome()
+        todo = plan(prepared, ours, self.memo)
         refused: set[ObjectKey] = set()
         for obj in todo.apply:
             what = describe(obj)
@@ -188,9 +272,17 @@ class DataplaneController(DataplaneMoves):
                     f"{what} was not written: it would use {', '.join(map(_named, blocked))}"
                 )
                 continue
+            key = key_of(obj)
+            current = self.state.owned.get(key)
+            if current is None and takeover is not None and key in takeover.taken:
+                current = dict(takeover.taken[key][1])
             try:
                 live = await asyncio.to_thread(
-                    write, self.kube, obj, self.state.owned.get(key_of(obj)), owner
+                    functools.partial(write, takeover=takeover),
+                    self.kube,
+                    obj,
+                    current,
+                    owner,
                 )
             except NameConflictError as exc:
                 refused.add(key_of(obj))
@@ -228,6 +320,15 @@ class DataplaneController(DataplaneMoves):
             metrics.OBJECTS_PRUNED.labels(kind=obj["kind"]).inc()
             log.info("pruned %s", what)
         return outcome
+
+    @staticmethod
+    def _as_adopted(
+        obj: dict[str, Any], ours: Mapping[ObjectKey, dict[str, Any]], takeover: Takeover
+    ) -> dict[str, Any]:
+        key = key_of(obj)
+        held = takeover.taken.get(key)
+        live = ours.get(key) or (held[1] if held is not None else None)
+        return dict(as_adopted(obj, live, held[0] if held is not None else None))
 
     def report_workaround_misses(self, count: int) -> None:
         """The webhook's count of Windows pods admitted without the workaround, for status."""
@@ -289,6 +390,7 @@ class DataplaneController(DataplaneMoves):
             node_readiness=keep.node_readiness,
             versions=keep.versions,
             platform=keep.platform,
+            adoption=keep.adoption,
         )
         # Nothing was changed: the DaemonSets are as ready as they were.
         status = status.model_copy(update={"ready_components": keep.ready_components})

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from ambient_operator.api import constants as c
 from ambient_operator.api.conditions import MeshReason
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
+from ambient_operator.apply.adopt import Takeover
 from ambient_operator.apply.ownership import conflict, describe
 from ambient_operator.apply.plan import Owner
 from ambient_operator.cluster.facts import ClusterFacts, NodeFacts
@@ -104,6 +105,8 @@ class DataplaneMoves:
         # Whether the istio-cni ClusterRole and binding are ours to keep;
         # the chart ships them itself.
         self.cni_rbac = cni_rbac
+        # The last answer of spec.adopt (controllers/dataplane.py, _takeover).
+        self.takeover: Takeover | None = None
 
     # -- facts ------------------------------------------------------------
     def _service_ip(self, namespace: str, name: str) -> str | None:

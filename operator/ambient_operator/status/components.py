@@ -21,6 +21,7 @@ from ambient_operator.api.conditions import (
     Verdict,
 )
 from ambient_operator.api.v1alpha1 import (
+    AdoptionStatus,
     AmbientMeshSpec,
     AmbientMeshStatus,
     ComponentStatus,
@@ -193,6 +194,7 @@ def build_status(
     *,
     versions: VersionStatus | None = None,
     platform: PlatformStatus | None = None,
+    adoption: AdoptionStatus | None = None,
 ) -> AmbientMeshStatus:
     """The whole status object."""
     prev_conditions = previous.conditions if previous else []
@@ -207,6 +209,7 @@ def build_status(
         node_readiness=node_readiness,
         versions=versions,
         platform=platform,
+        adoption=adoption,
     )
 
 
@@ -324,6 +327,10 @@ class ApplyOutcome:
     waiting: str | None = None
     # Which platform's agents roll and which wait (status/versions.py, rollout_message).
     rollout: str | None = None
+    # Why spec.adopt takes nothing this pass (apply/adopt.py): nothing was written.
+    refused: Sequence[str] = ()
+    # DaemonSets taken over that run Helm's template (status/adoption.py, as_is_message).
+    as_is: str | None = None
 
     def failed(self, what: str, cause: str) -> None:
         """Record a write or prune of `what` that the API server refused with `cause`."""
@@ -331,6 +338,14 @@ class ApplyOutcome:
 
     def verdict(self, objects: int) -> Verdict:
         """The Reconciled condition."""
+        if self.refused:
+            return Verdict(
+                MeshCondition.RECONCILED,
+                "False",
+                MeshReason.ADOPTION_REFUSED,
+                f"spec.adopt takes nothing: {'; '.join(self.refused)}. Nothing was written; "
+                "status.adoption.refused lists the same",
+            )
         if self.conflicts:
             message = "; ".join([*self.conflicts, *failures(self.errors)])
             return Verdict(
@@ -353,6 +368,9 @@ class ApplyOutcome:
             message += f"; {self.waiting}"
         if self.rollout:
             message += f"; {self.rollout}"
+        if self.as_is:
+            message += f"; {self.as_is}"
+            return Verdict(MeshCondition.RECONCILED, "True", MeshReason.ADOPTED_AS_IS, message)
         return Verdict(MeshCondition.RECONCILED, "True", MeshReason.RECONCILED, message)
 
 

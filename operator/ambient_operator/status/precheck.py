@@ -19,14 +19,18 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ambient_operator.api import constants as c
 from ambient_operator.api.conditions import INTENDED_EXCLUSIONS
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
+from ambient_operator.apply.adopt import helm_release_of, plan_takeover
+from ambient_operator.apply.ownership import conflict, describe
+from ambient_operator.apply.plan import Owner
 from ambient_operator.cluster.enrollment import namespace_problems
 from ambient_operator.cluster.facts import ClusterFacts, NodeFacts
+from ambient_operator.cluster.helm_releases import HelmRelease
 from ambient_operator.cluster.platform import detect_platform
 from ambient_operator.cluster.versions import (
     ISTIOD_CONTAINER,
@@ -35,7 +39,9 @@ from ambient_operator.cluster.versions import (
     skew_problem,
     workload_image,
 )
+from ambient_operator.kube.resources import ObjectKey, key_of
 from ambient_operator.render import RenderResult, render_dataplane
+from ambient_operator.status.adoption import pending_roll
 from ambient_operator.status.components import istiod_trust, trust_message
 
 GATEWAY_API_GROUP = "gateway.networking.k8s.io"
@@ -110,6 +116,13 @@ class Snapshot:
     webhook: Webhook
     # What could not be read (RBAC), said once.
     unreadable: Sequence[str] = ()
+    # Helm releases of Istio's agent charts in spec.namespace, the live objects
+    # their records name (None: not there), and the objects there that carry
+    # Helm's metadata (cluster/helm_releases.py): what spec.adopt would take.
+    helm_releases: Mapping[str, HelmRelease] = field(default_factory=dict)
+    helm_live: Mapping[ObjectKey, Mapping[str, Any] | None] = field(default_factory=dict)
+    helm_labelled: Sequence[Mapping[str, Any]] = ()
+    mesh_uid: str = ""
 
     def node_facts(self) -> tuple[list[NodeFacts], list[str]]:
         """Facts of every Node, and the names of those too malformed to read."""
@@ -423,10 +436,11 @@ def _upstream_agent(ds: Mapping[str, Any]) -> str | None:
 
 def _upstream_agents(snap: Snapshot) -> list[Finding]:
     found = []
+    adopting = {(name, snap.spec.namespace) for name in snap.spec.adopt.helm_releases}
     for ds in snap.daemonsets:
         agent = _upstream_agent(ds)
-        if agent is None:
-            continue
+        if agent is None or helm_release_of(ds) in adopting:
+            continue  # spec.adopt takes it over: the helm-releases row says whether it can
         meta = ds.get("metadata") or {}
         labels = meta.get("labels") or {}
         release = (meta.get("annotations") or {}).get("meta.helm.sh/release-name")
@@ -438,11 +452,84 @@ def _upstream_agents(snap: Snapshot) -> list[Finding]:
             BLOCKING,
             f"{len(found)} DaemonSet(s) already run Istio's own node agents: two ztunnels or two "
             "istio-cni on a node fight over each pod's redirection, and the operator leaves "
-            "objects it did not create alone (NameConflict). Uninstall them first (helm "
-            "uninstall ztunnel / istio-cni)",
+            "objects it did not create alone (NameConflict). Name their Helm releases in "
+            "spec.adopt.helmReleases to take them over without a restart (docs/migration.md), "
+            "or uninstall them first (helm uninstall ztunnel / istio-cni)",
             sorted(found),
         )
     return _one("upstream-agents", OK, "no other ztunnel or istio-cni DaemonSet")
+
+
+def _helm_releases(snap: Snapshot) -> list[Finding]:
+    namespace = snap.spec.namespace
+    if not snap.helm_releases:
+        return _one(
+            "helm-releases", OK, f"no Helm release of Istio's ztunnel or istio-cni in {namespace}"
+        )
+    rendered = {key_of(obj): obj for obj in snap.rendered.objects}
+    owner = Owner(f"{c.API_GROUP}/{c.API_VERSION}", c.KIND, c.MESH_NAME, snap.mesh_uid)
+    named = set(snap.spec.adopt.helm_releases)
+    out: list[Finding] = []
+    for name, release in sorted(snap.helm_releases.items()):
+        where = f"Helm release {namespace}/{name} ({release.chart} {release.chart_version})"
+        plan = plan_takeover(
+            [name],
+            namespace,
+            snap.helm_releases,
+            snap.helm_live,
+            rendered.keys(),
+            owner,
+            labelled=snap.helm_labelled,
+        )
+        if plan.refused:
+            out += _one(
+                "helm-releases",
+                WARNING,
+                f"{where}: spec.adopt would take nothing of it, for the reasons listed",
+                plan.refused,
+            )
+            continue
+        ours = [
+            live
+            for key, live in snap.helm_live.items()
+            if key in rendered and live is not None and conflict(live, owner) is None
+        ]
+        if not plan.taken and ours:
+            out += _one(
+                "helm-releases",
+                WARNING,
+                f"{where}: its objects are the AmbientMesh's already, but Helm still records "
+                f"them, so `helm uninstall {name}` would delete them: have Helm forget it "
+                f"(kubectl delete secret -n {namespace} -l owner=helm,name={name})",
+                sorted(describe(obj) for obj in ours),
+            )
+            continue
+        rolls = [
+            pending_roll(rendered[key], live)
+            for key, (_, live) in sorted(plan.taken.items())
+            if key[1] == "DaemonSet"
+        ]
+        later = "; ".join(
+            f"{roll.name}: {roll.pods} pod(s) on {roll.platform or 'linux'}, "
+            f"{len(roll.differences)} template field(s) differ"
+            for roll in rolls
+        )
+        consent = (
+            "spec.adopt names it: it takes"
+            if name in named
+            else (f"with {name} in spec.adopt.helmReleases, the operator would take")
+        )
+        out += _one(
+            "helm-releases",
+            INFO,
+            f"{where}: {consent} {len(plan.taken)} object(s) as they run, and no pod restarts; "
+            f"the first change of the AmbientMesh afterwards replaces {later or 'no pod'}",
+            [
+                *sorted(describe(live) for _, live in plan.taken.values()),
+                *(f"left with Helm: {what}" for what in plan.left_with_helm),
+            ],
+        )
+    return out
 
 
 def _namespace_labels(snap: Snapshot) -> list[Finding]:
@@ -587,9 +674,19 @@ CHECKS: tuple[Check, ...] = (
     Check(
         "upstream-agents",
         "DaemonSets of Istio's own ztunnel or istio-cni charts (or of those names).",
-        "Any.",
+        "Any, but those of the Helm releases spec.adopt.helmReleases names.",
         "Never.",
         _upstream_agents,
+    ),
+    Check(
+        "helm-releases",
+        "Helm releases of Istio's ztunnel and istio-cni charts in spec.namespace, and what "
+        "spec.adopt would do with each: the objects taken, the pods restarted (none), and "
+        "what the first change afterwards replaces.",
+        "Never.",
+        "A release spec.adopt would refuse (each object and why), or one whose objects are "
+        "the operator's already while Helm still records them.",
+        _helm_releases,
     ),
     Check(
         "namespace-labels",
