@@ -48,6 +48,7 @@ docs: venv bins
 	$(PY) hack/gen_architecture.py
 	$(PY) hack/gen_upstream_differences.py
 	$(PY) hack/gen_helm_values.py
+	$(PY) hack/gen_releases.py
 
 test: venv bins lint typecheck
 	$(VENV)/bin/pytest -q

@@ -44,7 +44,7 @@ ISTIO_NS = "istio-system"
 PRECHECK_USER = "precheck-user"
 NODES = ("linux-amd64-1", "win2022-1")
 WS2019_NODE = "win2019-1"
-# The agents' version (the AmbientMesh default) and istiod's image tag: the
+# The agents' version (the sample's tag) and istiod's image tag: the
 # istiod binary is the pinned module's, which is Istio 1.31.0.
 ISTIOD_TAG = "1.31.0"
 
@@ -286,7 +286,8 @@ def test_a_healthy_cluster_passes(pc_cluster: LocalCluster, healthy: int) -> Non
         ("ambient-enabled", "ok"),
         ("node-trust", "ok"),
         ("multi-cluster", "ok"),
-        ("version-skew", "ok"),
+        # 1.31.1 is known (api/releases.py): a newer patch than the sample's.
+        ("version-skew", "warning"),
         ("gateway-api", "ok"),
         ("upstream-agents", "ok"),
         ("helm-releases", "ok"),
@@ -294,7 +295,11 @@ def test_a_healthy_cluster_passes(pc_cluster: LocalCluster, healthy: int) -> Non
         ("windows-pods", "ok"),
         ("webhook", "ok"),
     ]
-    assert (body["blocked"], body["blocking"], body["warnings"]) == (False, 0, 0)
+    assert (body["blocked"], body["blocking"], body["warnings"]) == (False, 0, 1)
+    assert finding(body, "version-skew", "warning")["message"].endswith(
+        "the newest patch of 1.31 this operator knows is 1.31.1: run the agents at istiod's "
+        "minor, newest patch (docs/versions.md)"
+    )
     image = f"registry.istio.io/testing/pilot:{ISTIOD_TAG}-distroless"
     assert finding(body, "istiod", "ok")["message"] == (
         f"istiod istio-system/istiod {ISTIOD_TAG}-distroless ({image})"
@@ -316,4 +321,4 @@ def test_a_healthy_cluster_passes(pc_cluster: LocalCluster, healthy: int) -> Non
     assert webhook.endswith(" (not probed from here)")
     done = precheck(pc_cluster)
     assert done.returncode == 0
-    assert done.stdout.endswith("nothing blocks ambient: 0 blocking, 0 warning(s)\n")
+    assert done.stdout.endswith("nothing blocks ambient: 0 blocking, 1 warning(s)\n")

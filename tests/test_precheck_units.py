@@ -107,7 +107,8 @@ def test_a_healthy_cluster_blocks_nothing() -> None:
         "ambient-enabled": ["ok"],
         "node-trust": ["ok"],
         "multi-cluster": ["ok"],
-        "version-skew": ["ok"],
+        # istiod 1.31.0, followed by the agents (no tag set); 1.31.1 is known.
+        "version-skew": ["warning"],
         "gateway-api": ["ok"],
         "upstream-agents": ["ok"],
         "helm-releases": ["ok"],
@@ -203,7 +204,9 @@ def test_multi_cluster_identity(
 @pytest.mark.parametrize(
     ("istiod_tag", "agents_tag", "level"),
     [
-        ("1.30.4", "1.30.4", "ok"),
+        ("1.30.7", "1.30.7", "ok"),
+        # An older patch of istiod's minor than the newest known (1.30.7): a warning.
+        ("1.30.4", "1.30.4", "warning"),
         ("1.31.0", "1.30.4", "ok"),  # istiod one minor ahead
         ("1.32.0", "1.30.4", "blocking"),  # two ahead
         ("1.29.3", "1.30.4", "blocking"),  # agents newer than istiod
@@ -215,6 +218,29 @@ def test_version_skew(istiod_tag: str, agents_tag: str, level: str) -> None:
         spec=AmbientMeshSpec.model_validate({"images": {"tag": agents_tag}}),
     )
     assert _only(p.judge(snap), "version-skew", level)
+
+
+def test_an_older_patch_warns_with_the_newest_and_what_it_fixes() -> None:
+    snap = _snapshot(
+        istiod=_istiod(HEALTHY_ENV, "docker.io/istio/pilot:1.30.4"),
+        spec=AmbientMeshSpec.model_validate({"images": {"tag": "1.30.4"}}),
+    )
+    finding = _only(p.judge(snap), "version-skew", "warning")
+    assert finding.message == (
+        "istiod 1.30.4 serves agents at 1.30.4; the newest patch of 1.30 this operator knows "
+        "is 1.30.7: run the agents at istiod's minor, newest patch (docs/versions.md)"
+    )
+    assert finding.items[0] == (
+        "1.30.5: istio-cni's iptables backend could flip across restarts: duplicate rules (#61020)"
+    )
+
+
+def test_an_unset_tag_follows_istiod() -> None:
+    istiod = _istiod(HEALTHY_ENV, "docker.io/istio/pilot:1.30.7")
+    istiod["status"] = {"replicas": 1, "updatedReplicas": 1, "availableReplicas": 1}
+    snap = _snapshot(istiod=istiod)
+    finding = _only(p.judge(snap), "version-skew", "ok")
+    assert finding.message == "istiod 1.30.7 serves agents at 1.30.7 (follows istiod 1.30.7)"
 
 
 def test_unsupported_windows_build_warns_by_name() -> None:

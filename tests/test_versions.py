@@ -18,6 +18,7 @@ from ambient_operator.cluster.facts import ClusterFacts, NodeFacts, Taint
 from ambient_operator.cluster.versions import (
     RunningAgent,
     Version,
+    agent_tag,
     image_tag,
     image_version,
     istiod_version,
@@ -27,7 +28,12 @@ from ambient_operator.cluster.versions import (
 from ambient_operator.render import RenderResult, render_dataplane
 from ambient_operator.render.rollout import decide
 from ambient_operator.status.components import daemonset_settled, mesh_problems
-from ambient_operator.status.versions import rollout_message, version_status
+from ambient_operator.status.versions import (
+    older_patch,
+    rollout_message,
+    version_skew,
+    version_status,
+)
 from conftest import BIN_DIR
 
 DIGEST = "sha256:" + "ab" * 32
@@ -445,3 +451,78 @@ def test_a_daemonset_settles_when_every_pod_is_updated_and_available(
     live: Any, expected: tuple[bool, bool, str]
 ) -> None:
     assert daemonset_settled(live) == expected
+
+
+# -- the agents follow istiod (spec.images.tag unset) ---------------------------------------
+
+
+def _rolled(image: str, *, done: bool) -> dict[str, Any]:
+    """istiod's Deployment at `image`, its rollout done or half way (kubectl's reading)."""
+    dep = _deployment(image)
+    dep["metadata"]["generation"] = 4
+    dep["spec"]["replicas"] = 2
+    dep["status"] = {
+        "observedGeneration": 4,
+        "replicas": 2 if done else 3,
+        "updatedReplicas": 2 if done else 1,
+        "availableReplicas": 2,
+    }
+    return dep
+
+
+@pytest.mark.parametrize(
+    ("spec_tag", "istiod", "running", "expected"),
+    [
+        # A set tag is never overridden.
+        ("1.30.4", _rolled("x/pilot:1.31.0-distroless", done=True), None, ("1.30.4", "spec")),
+        # Unset: istiod's release, without its variant, once its rollout is done.
+        (None, _rolled("x/pilot:1.31.0-distroless", done=True), "1.30.4", ("1.31.0", "istiod")),
+        # Half way: the agents keep what they run.
+        (None, _rolled("x/pilot:1.31.0", done=False), "1.30.4", ("1.30.4", "istiod")),
+        # Half way, and nothing runs yet: nothing to keep.
+        (None, _rolled("x/pilot:1.31.0", done=False), None, ("1.31.0", "istiod")),
+        # A pre-release's agents carry its suffix.
+        (None, _rolled("x/pilot:1.32.0-beta.1", done=True), None, ("1.32.0-beta.1", "istiod")),
+        # No version to follow: no istiod, or a development line without a patch.
+        (None, None, "1.30.4", ("1.31.0", "default")),
+        (None, _rolled("x/pilot:1.31-dev", done=True), None, ("1.31.0", "default")),
+    ],
+    ids=["set", "follows", "istiod-rolling", "rolling-nothing-runs", "pre-release", "none", "dev"],
+)
+def test_the_agents_tag_follows_istiod_unless_set(
+    spec_tag: str | None,
+    istiod: dict[str, Any] | None,
+    running: str | None,
+    expected: tuple[str, str],
+) -> None:
+    chosen = agent_tag(spec_tag, "1.31.0", istiod, running)
+    assert (chosen.tag, chosen.source) == expected
+
+
+def test_an_unset_tag_is_told_apart_from_a_set_one() -> None:
+    assert AmbientMeshSpec().images.tag_if_set() is None
+    assert AmbientMeshSpec.model_validate({"images": {"hub": "x"}}).images.tag_if_set() is None
+    set_tag = AmbientMeshSpec.model_validate({"images": {"tag": "1.31.0"}})
+    assert set_tag.images.tag_if_set() == "1.31.0"
+
+
+@pytest.mark.parametrize(
+    ("control_plane", "agents", "expected"),
+    [
+        ("1.30.5", "1.30.4", "1.30.7"),
+        ("1.30.5", "1.30.7", None),
+        ("1.31.0", "1.30.4", None),  # another minor: the skew rule's business
+        ("1.28.3", "1.28.1", None),  # a line the operator has no row for
+    ],
+)
+def test_an_older_patch_of_istiods_minor_names_the_newest_known(
+    control_plane: str, agents: str, expected: str | None
+) -> None:
+    assert older_patch(parse_version(control_plane), parse_version(agents)) == expected
+
+
+def test_skew_names_the_newest_known_patch_of_istiods_minor() -> None:
+    result = _render("1.29.4", {})
+    problem = version_skew(result.rollout, _deployment("x/pilot:1.31.0"))
+    assert problem is not None
+    assert problem.message.endswith("the newest patch of 1.31 this operator knows is 1.31.1")

@@ -292,21 +292,11 @@ def _all_ready(api: client.ApiClient, tag: str) -> bool:
     return len(items) == 6 and all(_ready_at(ds, tag) for ds in items)
 
 
-def test_a_version_change_rolls_linux_first_then_each_windows_build(
-    api: client.ApiClient, istio: IstioControlPlane, operator: RunningOperator
-) -> None:
-    old, new = "1.30.4", "1.31.0"
-    # The safe order: istiod first (a no-op after the test before).
-    _upgrade_istiod(istio, "1.31.0")
-    assert _istiod_image(api).endswith(":1.31.0-distroless")
-    wait_for(lambda: _all_ready(api, old), TIMEOUT, f"every DaemonSet Ready at {old}")
+def _assert_linux_first(daemonsets: Recorder, old_images: set[str], new: str) -> None:
+    """The DaemonSets changed and became Ready at `new` in order: Linux, WS2022, WS2025.
 
-    with (
-        Recorder(_list_daemonsets(api)) as daemonsets,
-        Recorder(_list_meshes(api)) as meshes,
-    ):
-        set_mesh_spec(api, _mesh_spec(new))
-        wait_for(lambda: _all_ready(api, new), TIMEOUT, f"every DaemonSet Ready at {new}")
+    Until its turn each Windows DaemonSet kept `old_images`.
+    """
     timeline = _timeline(daemonsets.initial, daemonsets.events)
 
     def ready(names: tuple[str, ...]) -> Any:
@@ -327,12 +317,33 @@ def test_a_version_change_rolls_linux_first_then_each_windows_build(
     assert linux_ready < ws2022_changed, seen
     # ...and WS2025 waits for WS2022 likewise.
     assert ws2022_changed < ws2022_ready < ws2025_changed, seen
-    # Until its turn each Windows DaemonSet kept the old version's image.
     for state in timeline[:ws2022_changed]:
-        assert {_image(state[n]) for n in (*WS2022, *WS2025)} == {
+        assert {_image(state[n]) for n in (*WS2022, *WS2025)} == old_images
+
+
+def test_a_version_change_rolls_linux_first_then_each_windows_build(
+    api: client.ApiClient, istio: IstioControlPlane, operator: RunningOperator
+) -> None:
+    old, new = "1.30.4", "1.31.0"
+    # The safe order: istiod first (a no-op after the test before).
+    _upgrade_istiod(istio, "1.31.0")
+    assert _istiod_image(api).endswith(":1.31.0-distroless")
+    wait_for(lambda: _all_ready(api, old), TIMEOUT, f"every DaemonSet Ready at {old}")
+
+    with (
+        Recorder(_list_daemonsets(api)) as daemonsets,
+        Recorder(_list_meshes(api)) as meshes,
+    ):
+        set_mesh_spec(api, _mesh_spec(new))
+        wait_for(lambda: _all_ready(api, new), TIMEOUT, f"every DaemonSet Ready at {new}")
+    _assert_linux_first(
+        daemonsets,
+        {
             f"registry.example.com/istio/install-cni-windows:{old}",
             f"registry.example.com/istio/ztunnel-windows:{old}",
-        }
+        },
+        new,
+    )
 
     # The status said which platform was rolling, in that order, and what Windows nodes lose.
     rolling: list[str] = []
@@ -352,4 +363,88 @@ def test_a_version_change_rolls_linux_first_then_each_windows_build(
     assert rolling == ["linux", "10.0.20348", "10.0.26100"]
     assert windows_said
     final = get_mesh(api)["status"]["versions"]
-    assert final == {"controlPlane": "1.31.0-distroless", "dataPlane": new, "waiting": []}
+    # 1.31.1 is the newest 1.31 patch api/releases.py knows.
+    assert final == {
+        "controlPlane": "1.31.0-distroless",
+        "dataPlane": new,
+        "source": "spec",
+        "newestPatch": "1.31.1",
+        "waiting": [],
+    }
+
+
+def _follow_spec() -> dict[str, Any]:
+    """The sample without a tag; Windows images named by it (`<hub>/ztunnel-windows:<tag>`)."""
+    spec: dict[str, Any] = yaml.safe_load(SAMPLE.read_text())["spec"]
+    for key in ("tag", "ztunnel", "istioCni"):
+        spec["images"].pop(key, None)
+    return spec
+
+
+def _versions(api: client.ApiClient) -> dict[str, Any]:
+    return dict((get_mesh(api).get("status") or {}).get("versions") or {})
+
+
+def test_with_the_tag_unset_the_agents_follow_istiod_linux_first(
+    api: client.ApiClient, istio: IstioControlPlane, operator: RunningOperator
+) -> None:
+    old, new = "1.31.0", "1.31.1"
+    assert _istiod_image(api).endswith(f":{old}-distroless")  # the test before left it there
+    set_mesh_spec(api, _follow_spec())
+    wait_for(lambda: _all_ready(api, old), TIMEOUT, f"every DaemonSet Ready at istiod's {old}")
+    assert _versions(api)["source"] == "istiod"
+    with (
+        Recorder(_list_daemonsets(api)) as daemonsets,
+        Recorder(_list_meshes(api)) as meshes,
+    ):
+        _upgrade_istiod(istio, new)
+        wait_for(lambda: _all_ready(api, new), TIMEOUT, f"every DaemonSet Ready at istiod's {new}")
+    _assert_linux_first(
+        daemonsets,
+        {
+            f"docker.io/istio/install-cni-windows:{old}",
+            f"docker.io/istio/ztunnel-windows:{old}",
+        },
+        new,
+    )
+    said = [
+        condition(e["object"], "Reconciled").get("message", "")
+        for e in meshes.events
+        if ((e["object"].get("status") or {}).get("versions") or {}).get("rolling") == "linux"
+    ]
+    assert any(
+        f"the agents' tag follows istiod (follows istiod {new}-distroless): from {old} to {new}"
+        in m
+        for m in said
+    ), said
+    assert _versions(api) == {
+        "controlPlane": f"{new}-distroless",
+        "dataPlane": new,
+        "source": "istiod",
+        "note": f"follows istiod {new}-distroless",
+        "waiting": [],
+    }
+
+
+def test_a_set_tag_stays_put_when_istiod_moves(
+    api: client.ApiClient, istio: IstioControlPlane, operator: RunningOperator
+) -> None:
+    pinned = "1.31.1"
+    spec = _follow_spec()
+    spec["images"]["tag"] = pinned
+    set_mesh_spec(api, spec)
+    wait_for(lambda: _versions(api).get("source") == "spec", TIMEOUT, "the tag read as set")
+    _upgrade_istiod(istio, "1.31.2")
+    wait_for(
+        lambda: _versions(api).get("controlPlane") == "1.31.2-distroless",
+        TIMEOUT,
+        "istiod 1.31.2 read",
+    )
+    passes = operator.metric("ambient_operator_reconcile_duration_seconds_count")
+    wait_for(
+        lambda: operator.metric("ambient_operator_reconcile_duration_seconds_count") >= passes + 2,
+        TIMEOUT,
+        "two more passes",
+    )
+    assert _all_ready(api, pinned)
+    assert _versions(api)["dataPlane"] == pinned

@@ -367,8 +367,15 @@ class Images(ApiModel):
         description="The agents' Istio version, and the tag of every image not set in full "
         "below (a variant may follow: 1.31.0-distroless). A change rolls one platform at a "
         "time: Linux, then each Windows build, each once the one before is Ready "
-        "(docs/versions.md). Default: the newest Istio release this operator was tested with.",
+        "(docs/versions.md). Unset, the agents follow the version of the istiod they talk to, "
+        "once its rollout is complete; while no istiod version can be read, the release this "
+        "operator was tested with. A set tag is never overridden.",
     )
+
+    def tag_if_set(self) -> str | None:
+        """The tag the user set, or None when it is unset (and the agents follow istiod)."""
+        return self.tag if "tag" in self.model_fields_set else None
+
     variant: Literal["debug", "distroless"] | None = Field(
         default=None,
         description="Image variant appended to the tag of the Linux images, agents' and waypoints' "
@@ -1091,6 +1098,19 @@ class VersionStatus(ApiModel):
         "labels); absent when nothing tells it, and then no skew is judged.",
     )
     data_plane: str = Field(description="spec.images.tag: the version the agents run or roll to.")
+    source: Literal["spec", "istiod", "default"] = Field(
+        default="spec",
+        description="Where dataPlane comes from: spec.images.tag, istiod's version (the tag is "
+        "unset), or the built-in default (unset, and no istiod version can be read).",
+    )
+    note: str | None = Field(
+        default=None, description="With source istiod or default: what is followed, or why not."
+    )
+    newest_patch: str | None = Field(
+        default=None,
+        description="The newest patch this operator knows of istiod's minor, when the agents "
+        "run an older one of that minor (docs/versions.md lists what each fixes).",
+    )
     rolling: str | None = Field(
         default=None,
         description="The platform (linux or a Windows build) whose agents are being replaced now.",

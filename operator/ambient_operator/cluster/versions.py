@@ -187,3 +187,84 @@ class RunningAgent:
     settled: bool
     updating: bool
     progress: str = ""
+
+
+# Image variants a tag may carry: not part of the version the agents follow.
+VARIANTS = frozenset({"distroless", "debug"})
+
+
+def rollout_complete(deployment: Mapping[str, Any] | None) -> bool:
+    """Whether a Deployment runs its latest template everywhere: observed, updated, available.
+
+    The same reading as `kubectl rollout status`: the controller has seen
+    the latest generation, and every replica is updated and available.
+    """
+    if not isinstance(deployment, Mapping):
+        return False
+    meta, spec = deployment.get("metadata") or {}, deployment.get("spec") or {}
+    status = deployment.get("status") or {}
+    wanted = int(spec.get("replicas", 1) or 0)
+    return (
+        int(status.get("observedGeneration") or 0) >= int(meta.get("generation") or 0)
+        and int(status.get("updatedReplicas") or 0) >= wanted
+        and int(status.get("availableReplicas") or 0) >= wanted
+        and int(status.get("replicas") or 0) == int(status.get("updatedReplicas") or 0)
+    )
+
+
+def release_tag(version: Version) -> str | None:
+    """The agents' tag for a version istiod runs: `1.31.0` for pilot:1.31.0-distroless.
+
+    None for a development line (no patch): no agent image is released for it.
+    A pre-release or vendor suffix is kept (`1.32.0-beta.1`): its agents are
+    built with it; a variant is not, `spec.images.variant` appends its own.
+    """
+    if version.patch is None:
+        return None
+    base = f"{version.major}.{version.minor}.{version.patch}"
+    if version.suffix and version.suffix not in VARIANTS:
+        return f"{base}-{version.suffix}"
+    return base
+
+
+@dataclass(frozen=True)
+class AgentTag:
+    """The tag the agents get this pass, and why (status.versions says it)."""
+
+    tag: str
+    # "spec": spec.images.tag is set; "istiod": it follows istiod; "default":
+    # no istiod version can be read.
+    source: str
+    # For status: what is followed, or why the default applies.
+    note: str = ""
+
+
+def agent_tag(
+    spec_tag: str | None,
+    default: str,
+    istiod: Mapping[str, Any] | None,
+    running: str | None = None,
+) -> AgentTag:
+    """The agents' tag: `spec_tag` when set, else istiod's version, else `default`.
+
+    Following istiod is Istio's safe order (istiod first, then the agents)
+    done for the user, who asked for it by upgrading istiod. It moves only
+    once istiod's rollout is complete: until then the agents keep the tag
+    they run (`running`, read from the Linux ztunnel), so a canary that is
+    rolled back never reaches a node.
+    """
+    if spec_tag is not None:
+        return AgentTag(spec_tag, "spec")
+    version = istiod_version(istiod)
+    tag = None if version is None else release_tag(version)
+    if version is None or tag is None:
+        why = "no istiod version can be read" if version is None else f"istiod runs {version}"
+        return AgentTag(default, "default", f"{why}: the built-in default {default}")
+    if not rollout_complete(istiod):
+        kept = running or tag
+        return AgentTag(
+            kept,
+            "istiod",
+            f"istiod is rolling out {version}; the agents stay at {kept} until it is done",
+        )
+    return AgentTag(tag, "istiod", f"follows istiod {version}")

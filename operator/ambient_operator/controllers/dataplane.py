@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ambient_operator.api import constants as c
 from ambient_operator.api import metrics
 from ambient_operator.api.conditions import (
     MeshCondition,
@@ -49,6 +50,7 @@ from ambient_operator.apply.plan import Owner, PassMemo, plan
 from ambient_operator.apply.writer import NameConflictError, prune, set_finalizer, write
 from ambient_operator.cluster.enrollment import summarize
 from ambient_operator.cluster.facts import node_os
+from ambient_operator.cluster.versions import AgentTag, agent_tag, image_version, release_tag
 from ambient_operator.controllers.adoption import ORPHAN_FINALIZER, gather_takeover, orphan_all
 from ambient_operator.controllers.dataplane_moves import (
     CONTROLLER,
@@ -61,6 +63,8 @@ from ambient_operator.controllers.node_readiness import NodeReadinessGate
 from ambient_operator.kube.client import KubeError
 from ambient_operator.kube.resources import ObjectKey, key_of
 from ambient_operator.render import RenderResult, render_dataplane
+from ambient_operator.render.model import PLATFORM_LINUX
+from ambient_operator.render.values import ZTUNNEL
 from ambient_operator.status.adoption import adoption_status, as_is_message
 from ambient_operator.status.components import (
     ApplyOutcome,
@@ -146,6 +150,11 @@ class DataplaneController(DataplaneMoves):
                 f"could not be written: {exc.message}",
             )
             return
+        chosen = self._agent_tag(spec, owner)
+        if chosen.tag != spec.images.tag:
+            spec = spec.model_copy(
+                update={"images": spec.images.model_copy(update={"tag": chosen.tag})}
+            )
         refusal = await self.namespace_refusal(spec.namespace, owner)
         self.state.refused_namespace = spec.namespace if refusal is not None else None
         if refusal is not None:
@@ -169,7 +178,7 @@ class DataplaneController(DataplaneMoves):
 
         takeover = await self._takeover(spec, owner, result)
         outcome = await self._apply(owner, spec.namespace, moving_from, result, takeover)
-        outcome.rollout = rollout_message(result.rollout)
+        outcome.rollout = rollout_message(result.rollout, chosen)
         adoption = adoption_status(takeover, self.ours(owner), result.objects)
         outcome.as_is = as_is_message(adoption, spec.namespace)
         reconciled = outcome.verdict(len(result.objects))
@@ -191,12 +200,26 @@ class DataplaneController(DataplaneMoves):
             self._enrollment(),
             self.clock(),
             node_readiness=gated,
-            versions=version_status(spec, result.rollout, self.istiod(spec)),
+            versions=version_status(spec, result.rollout, self.istiod(spec), chosen),
             platform=platform,
             adoption=adoption,
         )
         self._export_metrics(result, status.enrollment)
         await self._write_status(mesh, previous, status)
+
+    def _agent_tag(self, spec: AmbientMeshSpec, owner: Owner) -> AgentTag:
+        """The agents' tag this pass (cluster/versions.py's agent_tag): set, istiod's, default.
+
+        What the Linux ztunnel runs is what the agents keep while istiod rolls.
+        """
+        running = self.running_agents(spec.namespace, owner).get((PLATFORM_LINUX, ZTUNNEL))
+        version = image_version(running.image) if running is not None else None
+        return agent_tag(
+            spec.images.tag_if_set(),
+            c.ISTIO_VERSION,
+            self.istiod(spec),
+            None if version is None else release_tag(version),
+        )
 
     async def _takeover(
         self, spec: AmbientMeshSpec, owner: Owner, result: RenderResult

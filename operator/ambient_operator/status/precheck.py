@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from ambient_operator.api import constants as c
 from ambient_operator.api.conditions import INTENDED_EXCLUSIONS
+from ambient_operator.api.releases import fixed_since
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.apply.adopt import helm_release_of, plan_takeover
 from ambient_operator.apply.ownership import conflict, describe
@@ -34,6 +35,7 @@ from ambient_operator.cluster.helm_releases import HelmRelease
 from ambient_operator.cluster.platform import detect_platform
 from ambient_operator.cluster.versions import (
     ISTIOD_CONTAINER,
+    agent_tag,
     istiod_version,
     parse_version,
     skew_problem,
@@ -43,6 +45,7 @@ from ambient_operator.kube.resources import ObjectKey, key_of
 from ambient_operator.render import RenderResult, render_dataplane
 from ambient_operator.status.adoption import pending_roll
 from ambient_operator.status.components import istiod_trust, trust_message
+from ambient_operator.status.versions import older_patch
 
 GATEWAY_API_GROUP = "gateway.networking.k8s.io"
 GATEWAY_API_CRDS = (f"gatewayclasses.{GATEWAY_API_GROUP}", f"gateways.{GATEWAY_API_GROUP}")
@@ -383,13 +386,30 @@ def _version_skew(snap: Snapshot) -> list[Finding]:
     if skipped is not None:
         return skipped
     control = istiod_version(snap.istiod)
-    data = parse_version(snap.spec.images.tag)
+    chosen = agent_tag(snap.spec.images.tag_if_set(), c.ISTIO_VERSION, snap.istiod)
+    data = parse_version(chosen.tag)
     if control is None or data is None:
         return _one("version-skew", INFO, "not checked: a version is unknown")
     problem = skew_problem(control, data)
     if problem is not None:
         return _one("version-skew", BLOCKING, problem)
-    return _one("version-skew", OK, f"istiod {control} serves agents at {data}")
+    followed = f" ({chosen.note})" if chosen.source == "istiod" else ""
+    newest = older_patch(control, data)
+    if newest is not None:
+        fixes = [
+            f"{r.version}: {fix}"
+            for r in fixed_since(control.line_name, data.patch or 0)
+            for fix in r.fixes
+        ]
+        return _one(
+            "version-skew",
+            WARNING,
+            f"istiod {control} serves agents at {data}{followed}; the newest patch of "
+            f"{control.line_name} this operator knows is {newest}: run the agents at istiod's "
+            "minor, newest patch (docs/versions.md)",
+            fixes,
+        )
+    return _one("version-skew", OK, f"istiod {control} serves agents at {data}{followed}")
 
 
 def _gateway_api(snap: Snapshot) -> list[Finding]:
@@ -659,9 +679,10 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "version-skew",
-        "istiod's version against the agents' (spec.images.tag), by Istio's support rule.",
+        "istiod's version against the agents' (spec.images.tag, or istiod's own when it is "
+        "unset), by Istio's support rule, and the newest patch of istiod's minor.",
         "Outside the rule (agents newer, or more than one minor behind).",
-        "Never.",
+        "The agents on an older patch of istiod's minor than the newest this operator knows.",
         _version_skew,
     ),
     Check(

@@ -12,8 +12,16 @@ from typing import Any
 
 from ambient_operator.api import constants as c
 from ambient_operator.api.conditions import MeshReason, Problem
+from ambient_operator.api.releases import newest_patch
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec, VersionStatus
-from ambient_operator.cluster.versions import Version, image_version, istiod_version, skew_problem
+from ambient_operator.cluster.versions import (
+    AgentTag,
+    Version,
+    image_version,
+    istiod_version,
+    parse_version,
+    skew_problem,
+)
 from ambient_operator.render.model import PLATFORM_LINUX, OrderedRollout, PlatformRollout
 from ambient_operator.render.values import ZTUNNEL, daemonset_name
 
@@ -66,19 +74,50 @@ def version_skew(rollout: OrderedRollout, istiod: Mapping[str, Any] | None) -> P
             lines.append(f"{', '.join(sorted(names))} at {version}: {problem}")
     if not lines:
         return None
+    newest = newest_patch(control_plane.line_name)
+    if newest is not None:
+        lines.append(
+            f"the newest patch of {control_plane.line_name} this operator knows is {newest.version}"
+        )
     return Problem(MeshReason.VERSION_SKEW, "; ".join(lines))
+
+
+def older_patch(control_plane: Version | None, agents: Version | None) -> str | None:
+    """The newest known patch of istiod's minor, when the agents run an older patch of it."""
+    if control_plane is None or agents is None or agents.line != control_plane.line:
+        return None
+    newest = newest_patch(control_plane.line_name)
+    if newest is None or agents.patch is None or newest.key[2] <= agents.patch:
+        return None
+    return newest.version
+
+
+def _running(rollout: OrderedRollout) -> Iterable[tuple[str, str]]:
+    """(DaemonSet name, image) of what runs now."""
+    for plat in rollout.platforms:
+        for component, image in plat.running.items():
+            yield daemonset_name(component, plat.platform), image
 
 
 def _rolling(rollout: OrderedRollout) -> PlatformRollout | None:
     return rollout.first("rolling")
 
 
-def rollout_message(rollout: OrderedRollout) -> str | None:
-    """What the Reconciled message says while a platform rolls or others wait; None otherwise."""
+def rollout_message(rollout: OrderedRollout, chosen: AgentTag | None = None) -> str | None:
+    """What the Reconciled message says while a platform rolls or others wait; None otherwise.
+
+    When the agents follow istiod, it says so, and from which version to which.
+    """
     rolling, waiting = _rolling(rollout), rollout.waiting()
     if rolling is None and not waiting:
         return None
     parts = []
+    if chosen is not None and chosen.source == "istiod":
+        was = sorted({str(v) for _, image in _running(rollout) if (v := image_version(image))})
+        parts.append(
+            f"the agents' tag follows istiod ({chosen.note}): from {', '.join(was) or 'none'} "
+            f"to {chosen.tag}"
+        )
     if rolling is not None:
         parts.append(
             f"the agents on {platform_name(rolling.platform)} are being replaced ({rolling.why})"
@@ -96,14 +135,24 @@ def rollout_message(rollout: OrderedRollout) -> str | None:
 
 
 def version_status(
-    spec: AmbientMeshSpec, rollout: OrderedRollout, istiod: Mapping[str, Any] | None
+    spec: AmbientMeshSpec,
+    rollout: OrderedRollout,
+    istiod: Mapping[str, Any] | None,
+    chosen: AgentTag | None = None,
 ) -> VersionStatus:
-    """status.versions: istiod's version, the agents' target, and the platforms in a rollout."""
+    """status.versions: istiod's version, the agents' target, and the platforms in a rollout.
+
+    `spec` carries the tag the pass rendered (`chosen.tag` when it follows istiod).
+    """
     control_plane = istiod_version(istiod)
     rolling = _rolling(rollout)
+    source = "spec" if chosen is None else chosen.source
     return VersionStatus(
         control_plane=None if control_plane is None else str(control_plane),
         data_plane=spec.images.tag,
+        source=source if source in ("istiod", "default") else "spec",
+        note=None if chosen is None or not chosen.note else chosen.note,
+        newest_patch=older_patch(control_plane, parse_version(spec.images.tag)),
         rolling=None if rolling is None else rolling.platform,
         waiting=[p.platform for p in rollout.waiting()],
     )
