@@ -48,6 +48,7 @@ from ambient_operator.cluster.enrollment import summarize
 from ambient_operator.cluster.facts import node_os
 from ambient_operator.controllers.dataplane_moves import (
     CONTROLLER,
+    NETWORK_ATTACHMENT,
     DataplaneMoves,
     _named,
     _uses,
@@ -57,6 +58,8 @@ from ambient_operator.controllers.node_readiness import NodeReadinessGate
 from ambient_operator.kube.client import KubeError
 from ambient_operator.kube.resources import ObjectKey, key_of
 from ambient_operator.render import RenderResult, render_dataplane
+from ambient_operator.render.dataplane import deletes_pods
+from ambient_operator.render.values import NETWORK_ATTACHMENT_NAMESPACE
 from ambient_operator.status.components import (
     ApplyOutcome,
     build_status,
@@ -72,6 +75,33 @@ from ambient_operator.status.versions import rollout_message, version_status
 from ambient_operator.status.writer import write_status
 
 log = logging.getLogger(__name__)
+# The operator chart's value that grants istio-cni delete on pods (and sets
+# --istio-cni-may-delete-pods).
+CHART_DELETE_PODS_VALUE = "istioCniRepair.deletePods"
+
+
+def repair_refusal(spec: AmbientMeshSpec, *, may_delete_pods: bool, by_chart: bool) -> str | None:
+    """Why the spec's repair mode cannot be had, or None.
+
+    Judged before anything is written: a ConfigMap asking istio-cni to delete
+    pods beside a role that does not let it would fail pod after pod, and
+    without the chart the API server refuses to let the operator grant what it
+    does not hold. `by_chart`: the chart ships istio-cni's RBAC (--cni-rbac=chart).
+    """
+    if not deletes_pods(spec) or may_delete_pods:
+        return None
+    fix = (
+        f"set the chart value {CHART_DELETE_PODS_VALUE}=true (helm upgrade ... --reuse-values "
+        f"--set {CHART_DELETE_PODS_VALUE}=true), which grants it"
+        if by_chart
+        else "grant the operator delete on pods and run it with --istio-cni-may-delete-pods "
+        "(RBAC lets it grant only what it holds)"
+    )
+    return (
+        "spec.istioCni.repairMode Delete has istio-cni delete pods that started without "
+        "redirection, and istio-cni may not be granted delete on pods; nothing was changed. "
+        f"To allow it, {fix}; or set spec.istioCni.repairMode to Repair or Label"
+    )
 
 
 class DataplaneController(DataplaneMoves):
@@ -124,12 +154,21 @@ class DataplaneController(DataplaneMoves):
         if refusal is not None:
             await self._fail(mesh, previous, generation, *refusal)
             return
+        refused = repair_refusal(
+            spec, may_delete_pods=self.istio_cni_may_delete_pods, by_chart=not self.cni_rbac
+        )
+        if refused is not None:
+            await self._fail(
+                mesh, previous, generation, MeshReason.REPAIR_MODE_NOT_GRANTED, refused
+            )
+            return
         moving_from = sorted(self.agent_namespaces(owner) - {spec.namespace})
         # The same nodes as the facts below: nothing awaits in between.
         choice = self.platform_choice(spec)
         platform = platform_status(choice)
         try:
-            facts = self.facts(spec, moving_from, owner, choice)
+            attachments = await asyncio.to_thread(self.network_attachments, spec)
+            facts = self.facts(spec, moving_from, owner, choice, attachments)
             # Pure, and the pass's largest piece of CPU (bench/profile_passes.py):
             # in a thread, the event loop keeps serving the waypoints' pass and
             # the watches meanwhile (a Gateway made with its namespace waited
@@ -218,7 +257,13 @@ class DataplaneController(DataplaneMoves):
         for obj in todo.prune:
             what = describe(obj)
             try:
-                pruned = await asyncio.to_thread(prune, self.kube, obj, owner, scope)
+                # Multus's attachment is in its global namespace, not the agents'.
+                where = (
+                    {*scope, NETWORK_ATTACHMENT_NAMESPACE}
+                    if obj["kind"] == NETWORK_ATTACHMENT.kind
+                    else scope
+                )
+                pruned = await asyncio.to_thread(prune, self.kube, obj, owner, where)
             except KubeError as exc:
                 outcome.failed(f"prune {what}", exc.message)
                 continue

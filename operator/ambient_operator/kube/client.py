@@ -205,6 +205,17 @@ class Kube:
             raise KubeError.from_body(status, raw.reason or "", text)
         return raw
 
+    def serves(self, kind: Kind) -> bool:
+        """Whether the API server serves `kind` (its CRD is installed), by discovery."""
+        base = f"/apis/{kind.api_version}" if kind.group else f"/api/{kind.api_version}"
+        try:
+            found = self.request("GET", base)
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return any(r.get("name") == kind.plural for r in found.get("resources") or [])
+
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """The object, or None when it does not exist.
 
