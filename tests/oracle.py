@@ -287,16 +287,6 @@ def objects(spec: Mapping[str, Any], nodes: Iterable[Node]) -> set[tuple[str, st
     return out
 
 
-def repair_refused(spec: Mapping[str, Any]) -> bool:
-    """Whether an operator run without --istio-cni-may-delete-pods refuses the spec:
-    istio-cni's Delete repair mode with repair on (docs/troubleshooting.md,
-    RepairModeNotGranted)."""
-    return (
-        _get(spec, "istioCni", "repairMode") == "Delete"
-        and _get(spec, "istioCni", "repair") is not False
-    )
-
-
 def degrading_reasons(spec: Mapping[str, Any], nodes: Iterable[Node]) -> list[str]:
     """Node reasons that make the mesh Degraded (UnsupportedNodes), one per such node."""
     out = []

@@ -975,8 +975,6 @@ def test_fuzzed_input_is_rejected_or_handled(
                 expected = "Reconciled"
                 if oracle.agents_namespace(spec) == "no-such-ns":
                     expected = "NamespaceNotFound"
-                elif oracle.repair_refused(spec):
-                    expected = "RepairModeNotGranted"
                 handled(
                     f"Reconciled={expected} for generation {generation}",
                     lambda: (

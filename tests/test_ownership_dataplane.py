@@ -533,25 +533,16 @@ def test_standalone_grants_istio_cni_pod_delete_only_for_the_delete_mode(
     identity: Identity,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Without the chart the operator keeps istio-cni's ClusterRole: told it
-    # may (it holds everything, as system:masters), it grants pod delete.
+    # Without the chart the operator keeps istio-cni's ClusterRole: holding pod
+    # delete itself (system:masters), which it asks the API server, it grants it.
     monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
-    run = InProcess(
-        cluster.user_kubeconfig(STANDALONE_USER, ["system:masters"]),
-        ("--istio-cni-may-delete-pods",),
-    )
-    rbac = client.RbacAuthorizationV1Api(k8s)
-
-    def deletes() -> bool:
-        role = rbac.read_cluster_role(CNI)
-        return any("pods" in r.resources and "delete" in r.verbs for r in role.rules)
-
+    run = InProcess(cluster.user_kubeconfig(STANDALONE_USER, ["system:masters"]))
     run.converge(k8s, AGENTS)
-    assert not deletes()
+    assert not deletes(k8s)
     patch_spec(k8s, DELETE_MODE)
     try:
         run.converge(k8s, AGENTS)
-        assert deletes()
+        assert deletes(k8s)
         assert _cni_settings(k8s)["REPAIR_DELETE_PODS"] == "true"
         wait_for(
             lambda: _agent_may_delete_pods(k8s, identity), TIMEOUT, "istio-cni may delete pods"
@@ -559,8 +550,80 @@ def test_standalone_grants_istio_cni_pod_delete_only_for_the_delete_mode(
     finally:
         patch_spec(k8s, DEFAULT_MODE)
     run.converge(k8s, AGENTS)
-    assert not deletes()
+    assert not deletes(k8s)
     assert _cni_settings(k8s)["REPAIR_DELETE_PODS"] == "false"
+
+
+def _istio_cni_role(k8s: client.ApiClient) -> client.V1ClusterRole:
+    return client.RbacAuthorizationV1Api(k8s).read_cluster_role(CNI)
+
+
+def deletes(k8s: client.ApiClient) -> bool:
+    """Whether the standalone operator's istio-cni ClusterRole grants delete on pods."""
+    rules = _istio_cni_role(k8s).rules
+    return any("pods" in r.resources and "delete" in r.verbs for r in rules)
+
+
+# Standalone, an operator that may read everything, report on its AmbientMesh
+# and nothing more: it holds no pod delete, and no escalate, to grant.
+LIMITED_USER = "ambient-operator-limited"
+LIMITED_RULES = [
+    {"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["patch"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+]
+
+
+@contextlib.contextmanager
+def limited_operator(cluster: LocalCluster, k8s: client.ApiClient) -> Iterator[Path]:
+    """A kubeconfig of LIMITED_USER, bound to LIMITED_RULES while in use."""
+    rbac = client.RbacAuthorizationV1Api(k8s)
+    name = unique_name("limited-operator")
+    rbac.create_cluster_role({"metadata": {"name": name}, "rules": LIMITED_RULES})
+    rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": name},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            },
+            "subjects": [{"kind": "User", "name": LIMITED_USER}],
+        }
+    )
+    try:
+        yield cluster.user_kubeconfig(LIMITED_USER, [])
+    finally:
+        rbac.delete_cluster_role_binding(name)
+        rbac.delete_cluster_role(name)
+
+
+def test_standalone_refuses_the_delete_mode_when_it_cannot_grant_it(
+    cluster: LocalCluster,
+    k8s: client.ApiClient,
+    mesh: Mesh,
+    audit: AuditLog,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    with limited_operator(cluster, k8s) as kubeconfig:
+        run = InProcess(kubeconfig)
+        uid = str(get_mesh(k8s)["metadata"]["uid"])
+        before, role = ours(k8s, AGENTS, uid), _istio_cni_role(k8s)
+        mark = audit.mark()
+        patch_spec(k8s, DELETE_MODE)
+        try:
+            for _ in range(2):
+                run.run_pass()
+            cond = current(k8s, "Reconciled")
+            assert (cond["status"], cond["reason"]) == ("False", "RepairModeNotGranted"), cond
+            assert "grant the operator delete on pods" in cond["message"], cond["message"]
+            assert dataplane_writes(audit, mark, LIMITED_USER) == []
+            assert ours(k8s, AGENTS, uid) == before
+            assert _istio_cni_role(k8s).metadata.resource_version == role.metadata.resource_version
+            assert not deletes(k8s)
+        finally:
+            patch_spec(k8s, DEFAULT_MODE)
 
 
 # -- under the chart's RBAC -----------------------------------------------------------------

@@ -104,5 +104,5 @@ def test_delete_mode_is_refused_with_the_fix_of_the_install() -> None:
     assert "set spec.istioCni.repairMode to Repair or Label" in chart
     standalone = repair_refusal(spec, may_delete_pods=False, by_chart=False)
     assert standalone is not None
-    assert "run it with --istio-cni-may-delete-pods" in standalone
+    assert "grant the operator delete on pods" in standalone
     assert "istioCniRepair" not in standalone

@@ -317,14 +317,14 @@ MESH_CONDITIONS = Table(
         Row(
             MeshReason.REPAIR_MODE_NOT_GRANTED,
             "`spec.istioCni.repairMode: Delete` has istio-cni delete pods that started without "
-            "redirection, which needs `delete` on every pod, and the operator was not told that "
-            "istio-cni may have it. Nothing was changed: the agents keep running as they were.",
+            "redirection, which needs `delete` on every pod, and istio-cni may not have it: the "
+            "chart does not grant it, or (without the chart) the operator does not hold it to "
+            "grant. Nothing was changed: the agents keep running as they were.",
             "With the chart, set `istioCniRepair.deletePods=true` (`helm upgrade ... "
             "--reuse-values --set istioCniRepair.deletePods=true`): it grants istio-cni the "
             "permission and tells the operator. Without the chart, grant the operator `delete` "
-            "on pods (RBAC lets it grant only what it holds) and run it with "
-            "`--istio-cni-may-delete-pods`. Or set `spec.istioCni.repairMode` to `Repair` or "
-            "`Label`, which need nothing more.",
+            "on pods (RBAC lets it grant only what it holds; it asks on the next pass). Or set "
+            "`spec.istioCni.repairMode` to `Repair` or `Label`, which need nothing more.",
             _RECONCILED_FALSE,
         ),
         Row(

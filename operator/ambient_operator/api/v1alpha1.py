@@ -703,8 +703,8 @@ class IstioCni(Agent):
         default="Repair",
         description="What repair does to such a pod, on Linux: Repair sets its redirection up in "
         "place; Delete deletes it, so that its owner makes a new one (istio-cni then needs "
-        "delete on every pod: the chart value istioCniRepair.deletePods, or "
-        "--istio-cni-may-delete-pods without the chart); Label puts brokenPodLabel on it.",
+        "delete on every pod: the chart value istioCniRepair.deletePods; without the chart "
+        "the operator grants it if it holds it); Label puts brokenPodLabel on it.",
     )
     broken_pod_label: BrokenPodLabel = Field(
         default=BrokenPodLabel(),

@@ -181,11 +181,11 @@ def _add_run(sub: Any) -> None:
         "--istio-cni-may-delete-pods",
         action=argparse.BooleanOptionalAction,
         default=_env_flag("ISTIO_CNI_MAY_DELETE_PODS"),
-        help="istio-cni may be granted delete on every pod, for spec.istioCni.repairMode "
-        "Delete: the chart sets it with istioCniRepair.deletePods, which grants it; with "
-        "--cni-rbac=operator the operator grants it and must hold it. Without it, a mesh asking "
-        "for Delete is refused (RepairModeNotGranted) and nothing is written "
-        "[AMBIENT_OPERATOR_ISTIO_CNI_MAY_DELETE_PODS]",
+        help="with --cni-rbac=chart: the chart grants istio-cni delete on every pod, for "
+        "spec.istioCni.repairMode Delete (it sets this with istioCniRepair.deletePods). Without "
+        "it a mesh asking for Delete is refused (RepairModeNotGranted) and nothing is written. "
+        "With --cni-rbac=operator the operator grants it when it holds it itself, which it "
+        "asks the API server [AMBIENT_OPERATOR_ISTIO_CNI_MAY_DELETE_PODS]",
     )
     run.add_argument(
         "--network-attachments",

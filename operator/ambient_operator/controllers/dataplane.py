@@ -86,7 +86,8 @@ def repair_refusal(spec: AmbientMeshSpec, *, may_delete_pods: bool, by_chart: bo
     Judged before anything is written: a ConfigMap asking istio-cni to delete
     pods beside a role that does not let it would fail pod after pod, and
     without the chart the API server refuses to let the operator grant what it
-    does not hold. `by_chart`: the chart ships istio-cni's RBAC (--cni-rbac=chart).
+    does not hold. `may_delete_pods`: the chart grants it, or the operator holds
+    it; `by_chart`: the chart ships istio-cni's RBAC (--cni-rbac=chart).
     """
     if not deletes_pods(spec) or may_delete_pods:
         return None
@@ -94,8 +95,8 @@ def repair_refusal(spec: AmbientMeshSpec, *, may_delete_pods: bool, by_chart: bo
         f"set the chart value {CHART_DELETE_PODS_VALUE}=true (helm upgrade ... --reuse-values "
         f"--set {CHART_DELETE_PODS_VALUE}=true), which grants it"
         if by_chart
-        else "grant the operator delete on pods and run it with --istio-cni-may-delete-pods "
-        "(RBAC lets it grant only what it holds)"
+        else "grant the operator delete on pods: it keeps istio-cni's ClusterRole, and RBAC "
+        "lets it grant only what it holds"
     )
     return (
         "spec.istioCni.repairMode Delete has istio-cni delete pods that started without "
@@ -154,8 +155,14 @@ class DataplaneController(DataplaneMoves):
         if refusal is not None:
             await self._fail(mesh, previous, generation, *refusal)
             return
-        refused = repair_refusal(
-            spec, may_delete_pods=self.istio_cni_may_delete_pods, by_chart=not self.cni_rbac
+        refused = (
+            repair_refusal(
+                spec,
+                may_delete_pods=await asyncio.to_thread(self.may_grant_pod_delete),
+                by_chart=not self.cni_rbac,
+            )
+            if deletes_pods(spec)
+            else None
         )
         if refused is not None:
             await self._fail(

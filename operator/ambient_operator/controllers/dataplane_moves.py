@@ -113,8 +113,11 @@ class DataplaneMoves:
         # Whether the istio-cni ClusterRole and binding are ours to keep;
         # the chart ships them itself.
         self.cni_rbac = cni_rbac
-        # Whether istio-cni holds, or the operator may grant it, delete on pods.
+        # With the chart's istio-cni RBAC: whether the chart grants istio-cni
+        # delete on pods. Without: whether the operator was found to hold it, and
+        # so may grant it (asked until it does).
         self.istio_cni_may_delete_pods = istio_cni_may_delete_pods
+        self.holds_pod_delete = False
         # Whether the operator may write Multus's NetworkAttachmentDefinitions,
         # and whether the API server was found to serve them (asked until it does).
         self.may_write_network_attachments = network_attachments
@@ -125,6 +128,24 @@ class DataplaneMoves:
         svc = self.state.services.get((namespace, name))
         ip = ((svc or {}).get("spec") or {}).get("clusterIP")
         return ip if ip and ip != "None" else None
+
+    def may_grant_pod_delete(self) -> bool:
+        """Whether istio-cni may have delete on pods (spec.istioCni.repairMode Delete).
+
+        With the chart's RBAC, the chart says so (--istio-cni-may-delete-pods).
+        Without, the operator writes istio-cni's ClusterRole, and the API server
+        lets it grant only what it holds itself (or with `escalate`): it asks
+        before writing anything, so that a ConfigMap asking istio-cni to delete
+        pods is never written beside a role refused. Blocking: call it in a thread.
+        """
+        if not self.cni_rbac:
+            return self.istio_cni_may_delete_pods
+        if not self.holds_pod_delete:
+            rbac = "rbac.authorization.k8s.io"
+            self.holds_pod_delete = self.kube.may("delete", "pods") or self.kube.may(
+                "escalate", "clusterroles", rbac
+            )
+        return self.holds_pod_delete
 
     def network_attachments(self, spec: AmbientMeshSpec) -> str:
         """Whether Multus's NetworkAttachmentDefinitions can be written (cluster/facts.py).

@@ -216,6 +216,22 @@ class Kube:
             raise
         return any(r.get("name") == kind.plural for r in found.get("resources") or [])
 
+    def may(self, verb: str, resource: str, group: str = "") -> bool:
+        """Whether RBAC lets this identity `verb` `resource` in every namespace.
+
+        A SelfSubjectAccessReview: it changes nothing, and every authenticated
+        identity may ask it (Kubernetes' system:basic-user role).
+        """
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"verb": verb, "resource": resource, "group": group}},
+        }
+        found = self.request(
+            "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=review
+        )
+        return bool((found.get("status") or {}).get("allowed"))
+
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """The object, or None when it does not exist.
 
