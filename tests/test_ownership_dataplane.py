@@ -446,6 +446,16 @@ def _cni_settings(k8s: client.ApiClient) -> dict[str, str]:
     return {k: v for k, v in data.items() if k.startswith("REPAIR_") and k.endswith("_PODS")}
 
 
+def _delete_mode_refused(run: InProcess, k8s: client.ApiClient, said: str) -> None:
+    """Ask for the Delete repair mode: a few passes later it is refused, saying `said`."""
+    patch_spec(k8s, DELETE_MODE)
+    for _ in range(3):
+        run.run_pass()
+    cond = current(k8s, "Reconciled")
+    assert (cond["status"], cond["reason"]) == ("False", "RepairModeNotGranted"), cond
+    assert said in cond["message"], cond["message"]
+
+
 def _agent_may_delete_pods(k8s: client.ApiClient, identity: Identity) -> bool:
     """What the API server's RBAC answers for istio-system's istio-cni ServiceAccount."""
     agent = Identity(AGENTS, CNI, identity.kubeconfig)
@@ -469,13 +479,8 @@ def test_a_delete_repair_mode_the_chart_does_not_grant_changes_nothing(
     before, settings = ours(k8s, AGENTS, uid), _cni_settings(k8s)
     assert settings["REPAIR_DELETE_PODS"] == "false"
     mark = audit.mark()
-    patch_spec(k8s, DELETE_MODE)
     try:
-        for _ in range(3):
-            run.run_pass()
-        cond = current(k8s, "Reconciled")
-        assert (cond["status"], cond["reason"]) == ("False", "RepairModeNotGranted"), cond
-        assert "--set istioCniRepair.deletePods=true" in cond["message"], cond["message"]
+        _delete_mode_refused(run, k8s, "--set istioCniRepair.deletePods=true")
         assert ours(k8s, AGENTS, uid) == before
         assert _cni_settings(k8s) == settings
         assert dataplane_writes(audit, mark, identity.user) == []
@@ -611,13 +616,8 @@ def test_standalone_refuses_the_delete_mode_when_it_cannot_grant_it(
         uid = str(get_mesh(k8s)["metadata"]["uid"])
         before, role = ours(k8s, AGENTS, uid), _istio_cni_role(k8s)
         mark = audit.mark()
-        patch_spec(k8s, DELETE_MODE)
         try:
-            for _ in range(2):
-                run.run_pass()
-            cond = current(k8s, "Reconciled")
-            assert (cond["status"], cond["reason"]) == ("False", "RepairModeNotGranted"), cond
-            assert "grant the operator delete on pods" in cond["message"], cond["message"]
+            _delete_mode_refused(run, k8s, "grant the operator delete on pods")
             assert dataplane_writes(audit, mark, LIMITED_USER) == []
             assert ours(k8s, AGENTS, uid) == before
             assert _istio_cni_role(k8s).metadata.resource_version == role.metadata.resource_version
