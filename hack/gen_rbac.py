@@ -44,6 +44,7 @@ DEFAULTS = "defaults"
 TOGGLES: dict[str, dict[str, Any]] = {
     "nodeReadiness.enabled=true": {"nodeReadiness": {"enabled": True}},
     "adoption.enabled=true": {"adoption": {"enabled": True}},
+    "multus.enabled=true": {"multus": {"enabled": True}},
     "webhook.certManager.enabled=true": {"webhook": {"certManager": {"enabled": True}}},
     "webhook.enabled=false": {"webhook": {"enabled": False}},
     "leaderElection.enabled=false": {"leaderElection": {"enabled": False}},
@@ -51,8 +52,15 @@ TOGGLES: dict[str, dict[str, Any]] = {
 CASES: dict[str, dict[str, Any]] = {DEFAULTS: {}, **TOGGLES}
 # What each place means; the order of the table.
 CLUSTER, AGENTS, RELEASE_NS = "cluster", "`agents.namespaces`", "release namespace"
-WHERE = (CLUSTER, AGENTS, RELEASE_NS)
-_IN = {CLUSTER: "cluster-wide", AGENTS: f"in {AGENTS}", RELEASE_NS: "in the release namespace"}
+# Multus's global namespace, where the chart's multus.enabled grants a Role.
+MULTUS_NS, MULTUS_NAMESPACE = "namespace `default`", "default"
+WHERE = (CLUSTER, AGENTS, RELEASE_NS, MULTUS_NS)
+_IN = {
+    CLUSTER: "cluster-wide",
+    AGENTS: f"in {AGENTS}",
+    RELEASE_NS: "in the release namespace",
+    MULTUS_NS: f"in {MULTUS_NS}",
+}
 # The waypoints' share: what waypoints.md explains.
 WAYPOINT_RESOURCES = frozenset(
     {
@@ -161,6 +169,8 @@ def operator_rules(objects: Objects) -> list[Rule]:
             where = AGENTS
         elif bound_in == namespace:
             where = RELEASE_NS
+        elif bound_in == MULTUS_NAMESPACE:
+            where = MULTUS_NS
         else:
             raise ValueError(f"a RoleBinding in {bound_in}, neither agents' nor release namespace")
         for rule in role.get("rules", []):

@@ -280,6 +280,10 @@ def objects(spec: Mapping[str, Any], nodes: Iterable[Node]) -> set[tuple[str, st
             out.add(("ServiceAccount", ns, "ztunnel-windows"))
             out.add(("ConfigMap", ns, f"istio-cni-config-windows-{SUPPORTED_BUILDS[platform]}"))
         out |= {("DaemonSet", ns, name) for name in daemonset_names(platform)}
+    # Multus's attachment for Linux pods, where Istio's chart puts it
+    # (docs/platforms.md), when the cluster serves the kind.
+    if LINUX in chosen and _get(spec, "istioCni", "provider") == "multus":
+        out.add(("NetworkAttachmentDefinition", "default", "istio-cni"))
     return out
 
 
@@ -558,6 +562,12 @@ def _chart_value_fields_rejected(spec: Mapping[str, Any]) -> bool:
         return True
     # Kubernetes refuses a pod whose dnsPolicy None names no nameserver.
     if policy == "None" and not _get(spec, "ztunnel", "dnsConfig", "nameservers"):
+        return True
+    mode = _get(spec, "istioCni", "repairMode")
+    if mode is not None and mode not in ("Repair", "Delete", "Label"):
+        return True
+    provider = _get(spec, "istioCni", "provider")
+    if provider is not None and provider not in ("default", "multus"):
         return True
     address = _get(spec, "istiod", "caAddress")
     return address is not None and not _ADDRESS.fullmatch(address)

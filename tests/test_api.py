@@ -172,6 +172,23 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         _mesh(istioCni={"repairInitContainerName": "Istio_Validation"}),
         "spec.istioCni.repairInitContainerName",
     ),
+    ("provider-unknown", _mesh(istioCni={"provider": "Multus"}), "spec.istioCni.provider"),
+    ("repair-mode-unknown", _mesh(istioCni={"repairMode": "Restart"}), "spec.istioCni.repairMode"),
+    (
+        "broken-pod-label-key-with-space",
+        _mesh(istioCni={"brokenPodLabel": {"key": "broken pod"}}),
+        "spec.istioCni.brokenPodLabel.key",
+    ),
+    (
+        "broken-pod-label-value-too-long",
+        _mesh(istioCni={"brokenPodLabel": {"value": "v" * 64}}),
+        "spec.istioCni.brokenPodLabel.value",
+    ),
+    (
+        "broken-pod-label-value-not-a-label",
+        _mesh(istioCni={"brokenPodLabel": {"value": "-true"}}),
+        "spec.istioCni.brokenPodLabel.value",
+    ),
     (
         "volume-of-two-kinds",
         _mesh(ztunnel={"volumes": [{"name": "x", "emptyDir": {}, "secret": {"secretName": "s"}}]}),
@@ -261,6 +278,9 @@ EVERY_VALUE_FIELD = _mesh(
         "cniConfFileName": "10-calico.conflist",
         "repair": False,
         "repairInitContainerName": "mesh-check",
+        "repairMode": "Label",
+        "provider": "multus",
+        "brokenPodLabel": {"key": "mesh.example.com/unredirected", "value": "repair-me"},
     },
     platforms={
         "linux": {

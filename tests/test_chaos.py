@@ -686,6 +686,8 @@ MESH_SPECS = st.fixed_dictionaries(
                 "nativeNftables": st.one_of(st.booleans(), st.just("on")),
                 "env": _string_map(["A", "a.b", "1A", "A=B"]),
                 "podLabels": _string_map(["team", "app.kubernetes.io/name"]),
+                "repairMode": st.sampled_from(["Repair", "Label", "Delete", "Restart"]),
+                "provider": st.sampled_from(["default", "multus", "Multus"]),
             },
         ),
         "unknownField": ODD_TEXT,

@@ -48,12 +48,18 @@ from ambient_operator.render import values as rv
 from ambient_operator.webhook import decide as d
 from ambient_operator.webhook.config import CONFIG_NAME, SECRET_NAME, WebhookOptions
 from chart_helpers import by_kind, one, template
+from checks import every
 from conftest import SAMPLE_NODES, ignoring, unique_name, wait_for
 from operator_harness import AuditLog, RunningOperator, free_port, webhook_args
 
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 # Arguments of the chart's Deployment that say what the operator may touch.
-SCOPE_FLAGS = ("--agents-namespace=", "--cni-rbac=")
+SCOPE_FLAGS = (
+    "--agents-namespace=",
+    "--cni-rbac=",
+    "--istio-cni-may-delete-pods",
+    "--network-attachments",
+)
 AGENTS_NAMESPACE = "istio-system"
 GW_GROUP, GW_VERSION = "gateway.networking.k8s.io", "v1"
 VALUE_SETS: dict[str, dict[str, Any]] = {
@@ -62,6 +68,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "high-availability": {"highAvailability": {"enabled": True}},
     "webhook-off": {"webhook": {"enabled": False}},
     "adoption": {"adoption": {"enabled": True}},
+    "istio-cni-deletes-pods": {"istioCniRepair": {"deletePods": True}},
 }
 Rule = Mapping[str, Any]
 GET_LIST = ("get", "list", "watch")
@@ -222,6 +229,73 @@ def test_the_chart_ships_what_render_grants_the_istio_cni_agent() -> None:
     assert not kinds & {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
     assert kinds == {"ConfigMap", "DaemonSet", "ServiceAccount"}, "the agents are still rendered"
     assert "--cni-rbac=chart" in chart_operator_args(objects)
+
+
+@pytest.mark.parametrize(
+    ("values", "deletes"),
+    [
+        ({}, False),
+        ({"istioCniRepair": {"deletePods": False}}, False),
+        (VALUE_SETS["istio-cni-deletes-pods"], True),
+    ],
+    ids=["default", "off", "on"],
+)
+def test_istio_cni_may_delete_pods_only_when_the_chart_value_says_so(
+    values: dict[str, Any], deletes: bool
+) -> None:
+    objects = template(values)
+    shipped = [o for o in by_kind(objects, "ClusterRole") if o["metadata"]["name"].endswith("-cni")]
+    assert len(shipped) == 1
+    assert allows(shipped[0]["rules"], "", "pods", "delete") is deletes
+    # The operator is told, so that it refuses the Delete repair mode without the grant.
+    assert ("--istio-cni-may-delete-pods" in chart_operator_args(objects)) is deletes
+    # The grant is the agent's alone: the operator holds no Pod write either way.
+    held = _rules(values, "ClusterRole") + _rules(values, "Role")
+    for verb in ("create", "patch", "update", "delete"):
+        assert not allows(held, "", "pods", verb), verb
+
+
+NADS = ("k8s.cni.cncf.io", "network-attachment-definitions")
+
+
+def test_network_attachments_only_with_the_chart_value_and_written_only_in_default() -> None:
+    default = template({})
+    assert "--network-attachments" not in chart_operator_args(default)
+    every(
+        [r for o in by_kind(default, "ClusterRole") + by_kind(default, "Role") for r in o["rules"]],
+        lambda r: NADS[0] not in r["apiGroups"],
+        "rules without multus.enabled",
+    )
+    values = {"multus": {"enabled": True}}
+    objects = template(values)
+    assert "--network-attachments" in chart_operator_args(objects)
+    cluster_rules = _rules(values, "ClusterRole")
+    assert {
+        v for v in (*GET_LIST, "create", "patch", "delete") if allows(cluster_rules, *NADS, v)
+    } == {
+        "list",
+        "watch",
+    }
+    roles = [o for o in by_kind(objects, "Role") if NADS[0] in str(o["rules"])]
+    assert [(r["metadata"]["namespace"], r["rules"]) for r in roles] == [
+        (
+            "default",
+            [
+                {
+                    "apiGroups": [NADS[0]],
+                    "resources": [NADS[1]],
+                    "verbs": ["get", "create", "patch", "delete"],
+                }
+            ],
+        )
+    ]
+    (binding,) = [
+        o
+        for o in by_kind(objects, "RoleBinding")
+        if o["roleRef"]["name"] == roles[0]["metadata"]["name"]
+    ]
+    assert binding["metadata"]["namespace"] == "default"
+    assert binding["subjects"][0]["name"] == one(objects, "ServiceAccount")["metadata"]["name"]
 
 
 @pytest.mark.parametrize("case", sorted(VALUE_SETS))

@@ -129,6 +129,9 @@ def test_every_name_the_docs_build_from_fullname_is_one_the_chart_renders() -> N
     objects = template(release="x", namespace="ns")
     deployment = _deployment(objects)
     rendered = {o["metadata"]["name"] for o in objects}
+    # Objects the chart makes only with a value the docs name beside them.
+    optional = template({"multus": {"enabled": True}}, release="x", namespace="ns")
+    rendered |= {o["metadata"]["name"] for o in optional}
     rendered |= {
         f"{prefix}/{deployment['metadata']['name']}" for prefix in ("deploy", "deployment")
     }

@@ -331,6 +331,12 @@ def test_each_value_reaches_the_windows_agents_as_its_entry_says(
         # The objects the values touch serve both OSes (istio-cni's ServiceAccount).
         assert not as_upstream, f"{example['name']} touches agent objects of their own OS"
         return
+    if example["windows"] == "none" and not linux:
+        # The values touch no agent object Windows has a counterpart of (Multus's
+        # attachment, for Linux pods): then nothing of our Windows agents changes either.
+        assert mode == "not applied", f"{example['name']}: the entry says {mode}"
+        assert sorted(changed) == [], f"{example['name']} changes the Windows agents"
+        return
     assert as_upstream, f"{example['name']} changes no agent object upstream has on Windows too"
     if example["windows"] == "same":
         assert mode == "applied", f"{example['name']}: the entry says {mode}"
@@ -379,7 +385,11 @@ def run(tmp_path: Path, capsys: pytest.CaptureFixture[str], **files: str) -> tup
         ({"ztunnel": "resourceScope: cluster\n"}, "ztunnel: resourceScope: splits a Helm install"),
         (
             {"istio_cni": "repair:\n  deletePods: true\n"},
-            "istio-cni: repair.deletePods: repair modes that label or delete pods",
+            "istio-cni: repair.deletePods: istio-cni runs only the first mode set",
+        ),
+        (
+            {"istio_cni": "repair:\n  repairPods: false\n"},
+            "istio-cni: repair.repairPods: repairPods, deletePods and labelPods all false",
         ),
         (
             {"ztunnel": "hub: a.example/x\n", "istio_cni": "hub: b.example/y\n"},

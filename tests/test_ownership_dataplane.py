@@ -285,6 +285,8 @@ class InProcess:
                 options,
                 agents_namespaces=tuple(flags.agents_namespace or ()),
                 cni_rbac=flags.cni_rbac,
+                istio_cni_may_delete_pods=flags.istio_cni_may_delete_pods,
+                network_attachments=flags.network_attachments,
             )
         op = Operator(options)
 
@@ -430,6 +432,198 @@ def test_a_namespace_the_chart_does_not_grant_is_refused(
         set_namespace(k8s, AGENTS)
     run.converge(k8s, AGENTS)
     assert ours(k8s, AGENTS, uid) == before
+
+
+# istio-cni's Delete repair mode needs `delete` on every pod (upstream's chart
+# grants it with repair.deletePods); the chart value istioCniRepair.deletePods
+# grants it, and says so to the operator.
+DELETE_MODE = {"istioCni": {"repairMode": "Delete"}}
+DEFAULT_MODE = {"istioCni": {"repairMode": None}}
+
+
+def _cni_settings(k8s: client.ApiClient) -> dict[str, str]:
+    data = client.CoreV1Api(k8s).read_namespaced_config_map(f"{CNI}-config", AGENTS).data
+    return {k: v for k, v in data.items() if k.startswith("REPAIR_") and k.endswith("_PODS")}
+
+
+def _delete_mode_refused(run: InProcess, k8s: client.ApiClient, said: str) -> None:
+    """Ask for the Delete repair mode: a few passes later it is refused, saying `said`."""
+    patch_spec(k8s, DELETE_MODE)
+    for _ in range(3):
+        run.run_pass()
+    cond = current(k8s, "Reconciled")
+    assert (cond["status"], cond["reason"]) == ("False", "RepairModeNotGranted"), cond
+    assert said in cond["message"], cond["message"]
+
+
+def _agent_may_delete_pods(k8s: client.ApiClient, identity: Identity) -> bool:
+    """What the API server's RBAC answers for istio-system's istio-cni ServiceAccount."""
+    agent = Identity(AGENTS, CNI, identity.kubeconfig)
+    return chart_rbac._can(k8s, agent, "delete", "pods", namespace="default")
+
+
+def test_a_delete_repair_mode_the_chart_does_not_grant_changes_nothing(
+    cluster: LocalCluster,
+    k8s: client.ApiClient,
+    mesh: Mesh,
+    identity: Identity,
+    audit: AuditLog,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As the chart's ServiceAccount with the chart's default arguments (no
+    # istioCniRepair.deletePods), in process: the data plane's answer alone.
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    assert "--istio-cni-may-delete-pods" not in identity.operator_args
+    run = InProcess(identity.kubeconfig, identity.operator_args)
+    uid = run.converge(k8s, AGENTS)
+    before, settings = ours(k8s, AGENTS, uid), _cni_settings(k8s)
+    assert settings["REPAIR_DELETE_PODS"] == "false"
+    mark = audit.mark()
+    try:
+        _delete_mode_refused(run, k8s, "--set istioCniRepair.deletePods=true")
+        assert ours(k8s, AGENTS, uid) == before
+        assert _cni_settings(k8s) == settings
+        assert dataplane_writes(audit, mark, identity.user) == []
+        assert chart_rbac.forbidden(audit, mark, identity) == []
+        assert len(events(k8s, uid, "RepairModeNotGranted")) == 1
+        assert not _agent_may_delete_pods(k8s, identity)
+    finally:
+        patch_spec(k8s, DEFAULT_MODE)
+    run.converge(k8s, AGENTS)
+    assert ours(k8s, AGENTS, uid) == before
+
+
+def test_the_chart_value_grants_istio_cni_pod_delete_and_the_mode_is_applied(
+    cluster: LocalCluster,
+    k8s: client.ApiClient,
+    mesh: Mesh,
+    identity: Identity,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    values = {
+        "agents": {"namespaces": [AGENTS, CLEAN, HELMISH]},
+        "istioCniRepair": {"deletePods": True},
+    }
+    with chart_identity(cluster, k8s, values) as granted:
+        assert "--istio-cni-may-delete-pods" in granted.operator_args
+        wait_for(lambda: _agent_may_delete_pods(k8s, granted), TIMEOUT, "istio-cni may delete pods")
+        # The grant is istio-cni's: the operator's own account holds no Pod write.
+        for verb in ("delete", "patch", "update", "create"):
+            assert not chart_rbac._can(k8s, granted, verb, "pods", namespace="default"), verb
+        run = InProcess(granted.kubeconfig, granted.operator_args)
+        patch_spec(k8s, DELETE_MODE)
+        try:
+            run.converge(k8s, AGENTS)
+            assert _cni_settings(k8s) == {
+                "REPAIR_LABEL_PODS": "false",
+                "REPAIR_DELETE_PODS": "true",
+                "REPAIR_REPAIR_PODS": "false",
+            }
+        finally:
+            patch_spec(k8s, DEFAULT_MODE)
+        run.converge(k8s, AGENTS)
+        assert _cni_settings(k8s)["REPAIR_REPAIR_PODS"] == "true"
+    wait_for(
+        lambda: not _agent_may_delete_pods(k8s, identity),
+        TIMEOUT,
+        "the grant gone with the chart's RBAC",
+    )
+
+
+def test_standalone_grants_istio_cni_pod_delete_only_for_the_delete_mode(
+    cluster: LocalCluster,
+    k8s: client.ApiClient,
+    mesh: Mesh,
+    identity: Identity,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Without the chart the operator keeps istio-cni's ClusterRole: holding pod
+    # delete itself (system:masters), which it asks the API server, it grants it.
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    run = InProcess(cluster.user_kubeconfig(STANDALONE_USER, ["system:masters"]))
+    run.converge(k8s, AGENTS)
+    assert not deletes(k8s)
+    patch_spec(k8s, DELETE_MODE)
+    try:
+        run.converge(k8s, AGENTS)
+        assert deletes(k8s)
+        assert _cni_settings(k8s)["REPAIR_DELETE_PODS"] == "true"
+        wait_for(
+            lambda: _agent_may_delete_pods(k8s, identity), TIMEOUT, "istio-cni may delete pods"
+        )
+    finally:
+        patch_spec(k8s, DEFAULT_MODE)
+    run.converge(k8s, AGENTS)
+    assert not deletes(k8s)
+    assert _cni_settings(k8s)["REPAIR_DELETE_PODS"] == "false"
+
+
+def _istio_cni_role(k8s: client.ApiClient) -> client.V1ClusterRole:
+    return client.RbacAuthorizationV1Api(k8s).read_cluster_role(CNI)
+
+
+def deletes(k8s: client.ApiClient) -> bool:
+    """Whether the standalone operator's istio-cni ClusterRole grants delete on pods."""
+    rules = _istio_cni_role(k8s).rules
+    return any("pods" in r.resources and "delete" in r.verbs for r in rules)
+
+
+# Standalone, an operator that may read everything, report on its AmbientMesh
+# and nothing more: it holds no pod delete, and no escalate, to grant.
+LIMITED_USER = "ambient-operator-limited"
+LIMITED_RULES = [
+    {"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["patch"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+]
+
+
+@contextlib.contextmanager
+def limited_operator(cluster: LocalCluster, k8s: client.ApiClient) -> Iterator[Path]:
+    """A kubeconfig of LIMITED_USER, bound to LIMITED_RULES while in use."""
+    rbac = client.RbacAuthorizationV1Api(k8s)
+    name = unique_name("limited-operator")
+    rbac.create_cluster_role({"metadata": {"name": name}, "rules": LIMITED_RULES})
+    rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": name},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            },
+            "subjects": [{"kind": "User", "name": LIMITED_USER}],
+        }
+    )
+    try:
+        yield cluster.user_kubeconfig(LIMITED_USER, [])
+    finally:
+        rbac.delete_cluster_role_binding(name)
+        rbac.delete_cluster_role(name)
+
+
+def test_standalone_refuses_the_delete_mode_when_it_cannot_grant_it(
+    cluster: LocalCluster,
+    k8s: client.ApiClient,
+    mesh: Mesh,
+    audit: AuditLog,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    with limited_operator(cluster, k8s) as kubeconfig:
+        run = InProcess(kubeconfig)
+        uid = str(get_mesh(k8s)["metadata"]["uid"])
+        before, role = ours(k8s, AGENTS, uid), _istio_cni_role(k8s)
+        mark = audit.mark()
+        try:
+            _delete_mode_refused(run, k8s, "grant the operator delete on pods")
+            assert dataplane_writes(audit, mark, LIMITED_USER) == []
+            assert ours(k8s, AGENTS, uid) == before
+            assert _istio_cni_role(k8s).metadata.resource_version == role.metadata.resource_version
+            assert not deletes(k8s)
+        finally:
+            patch_spec(k8s, DEFAULT_MODE)
 
 
 # -- under the chart's RBAC -----------------------------------------------------------------

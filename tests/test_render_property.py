@@ -147,6 +147,10 @@ def mesh_spec(draw: st.DrawFn) -> dict[str, Any]:
         spec["network"] = draw(st.sampled_from(["net1", "net-2"]))
     if draw(st.booleans()):
         spec["images"] = {"pullSecrets": ["key"], "pullPolicy": "Always"}
+    if draw(st.booleans()):
+        cni = spec.setdefault("istioCni", {})
+        cni["provider"] = draw(st.sampled_from(["default", "multus"]))
+        cni["repairMode"] = draw(st.sampled_from(["Repair", "Delete", "Label"]))
     return spec
 
 

@@ -57,6 +57,7 @@ class MeshReason(StrEnum):
     INVALID_SPEC = "InvalidSpec"
     NAMESPACE_NOT_FOUND = "NamespaceNotFound"
     NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
+    REPAIR_MODE_NOT_GRANTED = "RepairModeNotGranted"
     NAME_CONFLICT = "NameConflict"
     RENDER_FAILED = "RenderFailed"
     APPLY_FAILED = "ApplyFailed"
@@ -73,6 +74,7 @@ class MeshReason(StrEnum):
     ISTIOD_TRUST_MISSING = "IstiodTrustMissing"
     VERSION_SKEW = "VersionSkew"
     UNSUPPORTED_NODES = "UnsupportedNodes"
+    MULTUS_NOT_AVAILABLE = "MultusNotAvailable"
     RENDER_WARNING = "RenderWarning"
     NODE_TAINT_NOT_REMOVED = "NodeTaintNotRemoved"
 
@@ -321,6 +323,19 @@ MESH_CONDITIONS = Table(
             _RECONCILED_FALSE,
         ),
         Row(
+            MeshReason.REPAIR_MODE_NOT_GRANTED,
+            "`spec.istioCni.repairMode: Delete` has istio-cni delete pods that started without "
+            "redirection, which needs `delete` on every pod, and istio-cni may not have it: the "
+            "chart does not grant it, or (without the chart) the operator does not hold it to "
+            "grant. Nothing was changed: the agents keep running as they were.",
+            "With the chart, set `istioCniRepair.deletePods=true` (`helm upgrade ... "
+            "--reuse-values --set istioCniRepair.deletePods=true`): it grants istio-cni the "
+            "permission and tells the operator. Without the chart, grant the operator `delete` "
+            "on pods (RBAC lets it grant only what it holds; it asks on the next pass). Or set "
+            "`spec.istioCni.repairMode` to `Repair` or `Label`, which need nothing more.",
+            _RECONCILED_FALSE,
+        ),
+        Row(
             MeshReason.RECONCILED,
             "A move of `spec.namespace` is under way: the new agents are applied and the old "
             "ones keep running until every new DaemonSet is Ready; then the old namespace's "
@@ -457,6 +472,18 @@ MESH_CONDITIONS = Table(
             + ") do not count.",
             "Move mesh workloads off those nodes, or upgrade them (WS2019 to WS2022 or later). "
             "The message lists up to 10.",
+            when(MeshCondition.DEGRADED, "True"),
+        ),
+        Row(
+            MeshReason.MULTUS_NOT_AVAILABLE,
+            "`spec.istioCni.provider: multus` asks for Multus's NetworkAttachmentDefinition "
+            "`default/istio-cni`, and it was not written: the cluster does not serve the kind "
+            "(Multus is not installed), or the operator may not write it. Everything else is "
+            "applied; pods that attach istio-cni through Multus do not start meanwhile.",
+            "Install Multus (its CRD `network-attachment-definitions.k8s.cni.cncf.io`); the "
+            "operator writes the attachment on a later pass. Or set the chart value "
+            "`multus.enabled=true` (`helm upgrade ... --reuse-values --set multus.enabled=true`), "
+            "which lets it write them, as the message says. Or unset `spec.istioCni.provider`.",
             when(MeshCondition.DEGRADED, "True"),
         ),
         Row(

@@ -380,12 +380,35 @@ def _cni_resources(values: Mapping[str, Any], spec: dict[str, Any]) -> None:
     _put(spec, "istioCni.resources", {"requests": requests} if requests else {})
 
 
-_REPAIR = (
-    "repair modes that label or delete pods would have the operator hold, and grant istio-cni, "
-    "patch or delete on every pod of the cluster; it repairs them in place (repairPods), as "
-    "the chart's default does, which needs neither"
+_NO_WINDOWS_REPAIR = "not applied: the Windows experiment implements no repair"
+# istio-cni's repair modes, in the order it takes the first one set.
+_REPAIR_MODES = (
+    ("repair.repairPods", "Repair"),
+    ("repair.deletePods", "Delete"),
+    ("repair.labelPods", "Label"),
 )
-_LABEL_MODE = "read only by the labelPods repair mode, which the operator does not run"
+
+
+def _repair_mode(values: Mapping[str, Any], spec: dict[str, Any]) -> None:
+    """The mode istio-cni runs: the first of repairPods, deletePods, labelPods set.
+
+    A later one set beside it would do nothing, and three unset would leave
+    repair on but idle: both are refused, as what the user meant is unclear.
+    """
+    chosen = [mode for path, mode in _REPAIR_MODES if values[path]]
+    if not chosen:
+        raise ValueError(
+            "repairPods, deletePods and labelPods all false leave repair doing nothing; "
+            "set repair.enabled: false instead"
+        )
+    if len(chosen) > 1:
+        raise ValueError(
+            f"istio-cni runs only the first mode set (repairPods, deletePods, labelPods): "
+            f"{chosen[1]} would do nothing beside {chosen[0]}; set the other ones false"
+        )
+    _put(spec, "istioCni.repairMode", chosen[0])
+
+
 _DEFAULT_RESOURCES = (
     "the chart uses it only where resources is empty, which its own default never is; set resources"
 )
@@ -408,6 +431,15 @@ def _linux_dir(field: str) -> Carried:
         f"spec.platforms.linux.{field}", _WIN_DIRS, _to(f"platforms.linux.{field}", _given_or_none)
     )
 
+
+_REPAIR_MODE = Carried(
+    "spec.istioCni.repairMode",
+    _NO_WINDOWS_REPAIR,
+    _repair_mode,
+    bool,
+    note="The Delete mode needs istio-cni to hold delete on every pod: the operator chart's "
+    "value istioCniRepair.deletePods grants it.",
+)
 
 ISTIO_CNI: dict[str, Entry] = {
     **_BOTH,
@@ -460,7 +492,13 @@ ISTIO_CNI: dict[str, Entry] = {
         _to("istioCni.chained", _bool),
         bool,
     ),
-    "provider": Fixed("Multus follows spec.platform: openshift", accepts=("default",)),
+    "provider": Carried(
+        "spec.istioCni.provider",
+        "not applied: Multus attaches Linux pods only; the NetworkAttachmentDefinition serves them",
+        _to("istioCni.provider"),
+        note="Needs Multus installed and the operator chart's value multus.enabled, which lets "
+        "the operator write the NetworkAttachmentDefinition.",
+    ),
     "ambient.enabled": Fixed("the operator runs istio-cni for ambient only", accepts=(True,)),
     "ambient.enablementSelectors": Fixed(_SELECTORS, accepts=(c.ENABLEMENT_SELECTORS,)),
     "ambient.configDir": Fixed("istio-cni's default ambient config directory", accepts=("",)),
@@ -493,22 +531,28 @@ ISTIO_CNI: dict[str, Entry] = {
     ),
     "repair.enabled": Carried(
         "spec.istioCni.repair",
-        "not applied: the Windows experiment implements no repair",
+        _NO_WINDOWS_REPAIR,
         _to("istioCni.repair", _bool),
         bool,
     ),
     "repair.hub": Fixed("repair runs inside istio-cni; no image of its own", any_value=True),
     "repair.tag": Fixed("repair runs inside istio-cni; no image of its own", any_value=True),
-    "repair.labelPods": Fixed(_REPAIR, accepts=(False,)),
-    "repair.deletePods": Fixed(_REPAIR, accepts=(False,)),
-    "repair.repairPods": Fixed(_REPAIR, accepts=(True,)),
+    "repair.labelPods": _REPAIR_MODE,
+    "repair.deletePods": _REPAIR_MODE,
+    "repair.repairPods": _REPAIR_MODE,
     "repair.initContainerName": Carried(
         "spec.istioCni.repairInitContainerName",
-        "not applied: the Windows experiment implements no repair",
+        _NO_WINDOWS_REPAIR,
         _to("istioCni.repairInitContainerName"),
     ),
-    "repair.brokenPodLabelKey": Fixed(_LABEL_MODE, accepts=("cni.istio.io/uninitialized",)),
-    "repair.brokenPodLabelValue": Fixed(_LABEL_MODE, accepts=("true",)),
+    "repair.brokenPodLabelKey": Carried(
+        "spec.istioCni.brokenPodLabel.key", _NO_WINDOWS_REPAIR, _to("istioCni.brokenPodLabel.key")
+    ),
+    "repair.brokenPodLabelValue": Carried(
+        "spec.istioCni.brokenPodLabel.value",
+        _NO_WINDOWS_REPAIR,
+        _to("istioCni.brokenPodLabel.value"),
+    ),
     "seccompProfile": Carried(
         "spec.istioCni.seccompProfile",
         "not applied: Windows has no seccomp",
@@ -593,7 +637,13 @@ CHART_DEFAULTS: dict[Chart, dict[str, Any]] = {
         "resources.requests.memory": "512Mi",
         "resources.limits": None,
     },
-    "istio-cni": {"resources.requests.cpu": "100m", "resources.requests.memory": "100Mi"},
+    "istio-cni": {
+        "resources.requests.cpu": "100m",
+        "resources.requests.memory": "100Mi",
+        "repair.repairPods": True,
+        "repair.deletePods": False,
+        "repair.labelPods": False,
+    },
 }
 
 

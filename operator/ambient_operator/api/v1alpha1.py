@@ -60,6 +60,13 @@ _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # A file name: no folder, nothing hidden.
 _FILE_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 NamespaceName = Annotated[str, Field(max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
+# A label (or taint) key as core/v1 validates it: an optional DNS-subdomain prefix and a name.
+_LABEL_KEY = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+# A label value as core/v1 validates it (empty allowed).
+_LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 
 
 class Toleration(ApiModel):
@@ -644,6 +651,19 @@ class Ztunnel(Agent):
         return self
 
 
+# istio-cni takes the first of its repair modes set (repairPods, deletePods, labelPods).
+RepairMode = Literal["Repair", "Delete", "Label"]
+
+
+class BrokenPodLabel(ApiModel):
+    """The label istio-cni's Label repair mode puts on a pod started without redirection."""
+
+    key: Annotated[str, Field(min_length=1, max_length=316, pattern=_LABEL_KEY)] = (
+        "cni.istio.io/uninitialized"
+    )
+    value: Annotated[str, Field(max_length=63, pattern=_LABEL_VALUE)] = "true"
+
+
 class IstioCni(Agent):
     """istio-cni settings."""
 
@@ -686,6 +706,17 @@ class IstioCni(Agent):
         default="istio-validation",
         description="The init container whose failure marks a pod as started without redirection.",
     )
+    repair_mode: RepairMode = Field(
+        default="Repair",
+        description="What repair does to such a pod, on Linux: Repair sets its redirection up in "
+        "place; Delete deletes it, so that its owner makes a new one (istio-cni then needs "
+        "delete on every pod: the chart value istioCniRepair.deletePods; without the chart "
+        "the operator grants it if it holds it); Label puts brokenPodLabel on it.",
+    )
+    broken_pod_label: BrokenPodLabel = Field(
+        default=BrokenPodLabel(),
+        description="The label the Label repair mode puts on a pod started without redirection.",
+    )
     istio_owned_cni_config: Flag = Field(
         default=False,
         description="Write the CNI configuration to a file of istio-cni's own instead of "
@@ -700,6 +731,13 @@ class IstioCni(Agent):
         description="Chain the plugin into the primary CNI's configuration (true) or write "
         "it as a file of its own (false), on Linux. Unset: the platform's (a file of its own "
         "under Multus on OpenShift); Windows always chains.",
+    )
+    provider: Literal["default", "multus"] = Field(
+        default="default",
+        description="multus: also a NetworkAttachmentDefinition istio-cni in namespace "
+        "default, for pods that attach istio-cni through Multus (the chart's provider). Needs "
+        "Multus installed (its CRD) and the operator chart's value multus.enabled, which lets "
+        "the operator write it; without either the rest is applied and Degraded says which.",
     )
     cni_conf_file_name: Annotated[str, Field(max_length=253, pattern=_FILE_NAME)] | None = Field(
         default=None,
@@ -757,17 +795,10 @@ class NewPodWorkaround(ApiModel):
     )
 
 
-# A taint key as core/v1 validates it: an optional DNS-subdomain prefix and a name.
-_TAINT_KEY = (
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-)
-
-
 class ReadinessTaint(ApiModel):
     """The taint that keeps pods off a node until its agents are Ready."""
 
-    key: Annotated[str, Field(min_length=1, max_length=316, pattern=_TAINT_KEY)] = (
+    key: Annotated[str, Field(min_length=1, max_length=316, pattern=_LABEL_KEY)] = (
         "cni.istio.io/not-ready"
     )
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"

@@ -70,6 +70,8 @@ class Operator:
             self.events,
             agents_namespaces=options.agents_namespaces,
             cni_rbac=options.cni_rbac == CNI_RBAC_BY_OPERATOR,
+            istio_cni_may_delete_pods=options.istio_cni_may_delete_pods,
+            network_attachments=options.network_attachments,
         )
         self.namespaces = NamespaceChecker(self.state, self.kube, self.events)
         self.elector = (

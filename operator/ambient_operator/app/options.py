@@ -22,6 +22,9 @@ OWNED_API_KINDS = [
     ("networking.k8s.io/v1", "NetworkPolicy"),
     *CNI_RBAC_API_KINDS,
 ]
+# Multus's, written only when granted (--network-attachments): a watch of a kind
+# the operator may not list would be refused.
+NETWORK_ATTACHMENT_KIND = ("k8s.cni.cncf.io/v1", "NetworkAttachmentDefinition")
 CNI_RBAC_BY_OPERATOR = "operator"
 CNI_RBAC_BY_CHART = "chart"
 
@@ -56,10 +59,20 @@ class Options:
     agents_namespaces: tuple[str, ...] = ()
     # Who keeps the istio-cni ClusterRole and binding: the operator or the chart.
     cni_rbac: str = CNI_RBAC_BY_OPERATOR
+    # Whether istio-cni may be granted pod delete (repairMode Delete): by the
+    # chart, or by the operator, which then holds it.
+    istio_cni_may_delete_pods: bool = False
+
+    # Whether the operator may write (and so watches) Multus's
+    # NetworkAttachmentDefinitions; the chart grants them with multus.enabled.
+    network_attachments: bool = False
 
     @property
     def owned_kinds(self) -> list[tuple[str, str]]:
         """(apiVersion, kind) of every object kind the data plane writes."""
-        if self.cni_rbac == CNI_RBAC_BY_OPERATOR:
-            return list(OWNED_API_KINDS)
-        return [kind for kind in OWNED_API_KINDS if kind not in CNI_RBAC_API_KINDS]
+        kinds = list(OWNED_API_KINDS)
+        if self.cni_rbac != CNI_RBAC_BY_OPERATOR:
+            kinds = [kind for kind in kinds if kind not in CNI_RBAC_API_KINDS]
+        if self.network_attachments:
+            kinds.append(NETWORK_ATTACHMENT_KIND)
+        return kinds

@@ -37,6 +37,11 @@ def _env(name: str, default: str) -> str:
     return os.environ.get(f"AMBIENT_OPERATOR_{name}", default)
 
 
+def _env_flag(name: str) -> bool:
+    """A switch from the environment: off unless it says 1, true or yes."""
+    return _env(name, "false").lower() in ("1", "true", "yes")
+
+
 def _agents_namespaces(flags: list[str] | None) -> tuple[str, ...]:
     """The --agents-namespace flags, else the comma-separated environment variable."""
     given = flags if flags else _env("AGENTS_NAMESPACES", "").split(",")
@@ -92,6 +97,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         webhook=webhook,
         agents_namespaces=agents_namespaces,
         cni_rbac=args.cni_rbac,
+        istio_cni_may_delete_pods=args.istio_cni_may_delete_pods,
+        network_attachments=args.network_attachments,
     )
     memory.install()
     memory.limit_arenas()
@@ -133,7 +140,7 @@ def _add_run(sub: Any) -> None:
     run.add_argument(
         "--leader-election",
         action=argparse.BooleanOptionalAction,
-        default=_env("LEADER_ELECTION", "false").lower() in ("1", "true", "yes"),
+        default=_env_flag("LEADER_ELECTION"),
         help="elect one active replica with a Lease [AMBIENT_OPERATOR_LEADER_ELECTION]",
     )
     run.add_argument(
@@ -169,6 +176,25 @@ def _add_run(sub: Any) -> None:
         help="who keeps the istio-cni agent's ClusterRole and binding: the operator (applies "
         "them, which needs every permission they grant) or the chart (ships them; the operator "
         "neither writes nor watches RBAC) [AMBIENT_OPERATOR_CNI_RBAC]",
+    )
+    run.add_argument(
+        "--istio-cni-may-delete-pods",
+        action=argparse.BooleanOptionalAction,
+        default=_env_flag("ISTIO_CNI_MAY_DELETE_PODS"),
+        help="with --cni-rbac=chart: the chart grants istio-cni delete on every pod, for "
+        "spec.istioCni.repairMode Delete (it sets this with istioCniRepair.deletePods). Without "
+        "it a mesh asking for Delete is refused (RepairModeNotGranted) and nothing is written. "
+        "With --cni-rbac=operator the operator grants it when it holds it itself, which it "
+        "asks the API server [AMBIENT_OPERATOR_ISTIO_CNI_MAY_DELETE_PODS]",
+    )
+    run.add_argument(
+        "--network-attachments",
+        action=argparse.BooleanOptionalAction,
+        default=_env_flag("NETWORK_ATTACHMENTS"),
+        help="watch and write Multus's NetworkAttachmentDefinition for spec.istioCni.provider "
+        "multus (needs list, watch across the cluster, and get, create, patch, delete in "
+        "namespace default); the chart sets it with multus.enabled, which grants them. Without "
+        "it such a mesh is Degraded (MultusNotAvailable) [AMBIENT_OPERATOR_NETWORK_ATTACHMENTS]",
     )
     _add_webhook_flags(run)
     run.set_defaults(func=_cmd_run)

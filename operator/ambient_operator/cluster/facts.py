@@ -18,6 +18,12 @@ _KERNEL_BUILD = re.compile(r"^(10\.0\.[0-9]+)(?:[.\s]|$)")
 # osImage is the last resort for Windows nodes whose kernelVersion is empty
 # (some managed offerings blank it); the release year names the build.
 _OS_IMAGE_BUILDS = {name: build for build, name in c.WINDOWS_BUILD_NAMES.items()}
+# Whether the operator can write NetworkAttachmentDefinitions (spec.istioCni.provider multus).
+NETWORK_ATTACHMENTS_SERVED = "served"
+# The kind is not served: Multus (its CRD) is not installed.
+NETWORK_ATTACHMENTS_NOT_SERVED = "not served"
+# The operator is not allowed to write them (--network-attachments off; the chart's multus.enabled).
+NETWORK_ATTACHMENTS_NOT_GRANTED = "not granted"
 
 
 @dataclass(frozen=True)
@@ -146,6 +152,9 @@ class ClusterFacts:
     platform: str = "generic"
     # What the status must say about that choice (nodes that disagree), if anything.
     platform_warning: str | None = None
+    # Whether NetworkAttachmentDefinitions (Multus) can be written: granted to
+    # the operator and served by the API server (NETWORK_ATTACHMENTS_*).
+    network_attachments: str = NETWORK_ATTACHMENTS_SERVED
 
     @classmethod
     def from_nodes(

@@ -54,6 +54,7 @@ from ambient_operator.cluster.versions import AgentTag, agent_tag, image_version
 from ambient_operator.controllers.adoption import ORPHAN_FINALIZER, gather_takeover, orphan_all
 from ambient_operator.controllers.dataplane_moves import (
     CONTROLLER,
+    NETWORK_ATTACHMENT,
     DataplaneMoves,
     _named,
     _uses,
@@ -63,8 +64,9 @@ from ambient_operator.controllers.node_readiness import NodeReadinessGate
 from ambient_operator.kube.client import KubeError
 from ambient_operator.kube.resources import ObjectKey, key_of
 from ambient_operator.render import RenderResult, render_dataplane
+from ambient_operator.render.dataplane import deletes_pods
 from ambient_operator.render.model import PLATFORM_LINUX
-from ambient_operator.render.values import ZTUNNEL
+from ambient_operator.render.values import NETWORK_ATTACHMENT_NAMESPACE, ZTUNNEL
 from ambient_operator.status.adoption import adoption_status, as_is_message
 from ambient_operator.status.components import (
     ApplyOutcome,
@@ -81,6 +83,34 @@ from ambient_operator.status.versions import rollout_message, version_status
 from ambient_operator.status.writer import write_status
 
 log = logging.getLogger(__name__)
+# The operator chart's value that grants istio-cni delete on pods (and sets
+# --istio-cni-may-delete-pods).
+CHART_DELETE_PODS_VALUE = "istioCniRepair.deletePods"
+
+
+def repair_refusal(spec: AmbientMeshSpec, *, may_delete_pods: bool, by_chart: bool) -> str | None:
+    """Why the spec's repair mode cannot be had, or None.
+
+    Judged before anything is written: a ConfigMap asking istio-cni to delete
+    pods beside a role that does not let it would fail pod after pod, and
+    without the chart the API server refuses to let the operator grant what it
+    does not hold. `may_delete_pods`: the chart grants it, or the operator holds
+    it; `by_chart`: the chart ships istio-cni's RBAC (--cni-rbac=chart).
+    """
+    if not deletes_pods(spec) or may_delete_pods:
+        return None
+    fix = (
+        f"set the chart value {CHART_DELETE_PODS_VALUE}=true (helm upgrade ... --reuse-values "
+        f"--set {CHART_DELETE_PODS_VALUE}=true), which grants it"
+        if by_chart
+        else "grant the operator delete on pods: it keeps istio-cni's ClusterRole, and RBAC "
+        "lets it grant only what it holds"
+    )
+    return (
+        "spec.istioCni.repairMode Delete has istio-cni delete pods that started without "
+        "redirection, and istio-cni may not be granted delete on pods; nothing was changed. "
+        f"To allow it, {fix}; or set spec.istioCni.repairMode to Repair or Label"
+    )
 
 
 class DataplaneController(DataplaneMoves):
@@ -160,12 +190,27 @@ class DataplaneController(DataplaneMoves):
         if refusal is not None:
             await self._fail(mesh, previous, generation, *refusal)
             return
+        refused = (
+            repair_refusal(
+                spec,
+                may_delete_pods=await asyncio.to_thread(self.may_grant_pod_delete),
+                by_chart=not self.cni_rbac,
+            )
+            if deletes_pods(spec)
+            else None
+        )
+        if refused is not None:
+            await self._fail(
+                mesh, previous, generation, MeshReason.REPAIR_MODE_NOT_GRANTED, refused
+            )
+            return
         moving_from = sorted(self.agent_namespaces(owner) - {spec.namespace})
         # The same nodes as the facts below: nothing awaits in between.
         choice = self.platform_choice(spec)
         platform = platform_status(choice)
         try:
-            facts = self.facts(spec, moving_from, owner, choice)
+            attachments = await asyncio.to_thread(self.network_attachments, spec)
+            facts = self.facts(spec, moving_from, owner, choice, attachments)
             # Pure, and the pass's largest piece of CPU (bench/profile_passes.py):
             # in a thread, the event loop keeps serving the waypoints' pass and
             # the watches meanwhile (a Gateway made with its namespace waited
@@ -333,7 +378,13 @@ class DataplaneController(DataplaneMoves):
         for obj in todo.prune:
             what = describe(obj)
             try:
-                pruned = await asyncio.to_thread(prune, self.kube, obj, owner, scope)
+                # Multus's attachment is in its global namespace, not the agents'.
+                where = (
+                    {*scope, NETWORK_ATTACHMENT_NAMESPACE}
+                    if obj["kind"] == NETWORK_ATTACHMENT.kind
+                    else scope
+                )
+                pruned = await asyncio.to_thread(prune, self.kube, obj, owner, where)
             except KubeError as exc:
                 outcome.failed(f"prune {what}", exc.message)
                 continue

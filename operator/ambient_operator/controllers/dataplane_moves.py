@@ -22,7 +22,13 @@ from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.apply.adopt import Takeover
 from ambient_operator.apply.ownership import conflict, describe
 from ambient_operator.apply.plan import Owner
-from ambient_operator.cluster.facts import ClusterFacts, NodeFacts
+from ambient_operator.cluster.facts import (
+    NETWORK_ATTACHMENTS_NOT_GRANTED,
+    NETWORK_ATTACHMENTS_NOT_SERVED,
+    NETWORK_ATTACHMENTS_SERVED,
+    ClusterFacts,
+    NodeFacts,
+)
 from ambient_operator.cluster.platform import (
     PlatformChoice,
     choice_warning,
@@ -44,6 +50,7 @@ from ambient_operator.status.events import EventRecorder, now_rfc3339
 CONTROLLER = "dataplane"
 MESH = KINDS[("ambientoperator.io/v1alpha1", "AmbientMesh")]
 NAMESPACE = KINDS[("v1", "Namespace")]
+NETWORK_ATTACHMENT = KINDS[("k8s.cni.cncf.io/v1", "NetworkAttachmentDefinition")]
 # The chart value that grants the operator a namespace for the agents.
 CHART_NAMESPACES_VALUE = "agents.namespaces"
 CLUSTER_DNS = ("kube-system", "kube-dns")
@@ -92,6 +99,8 @@ class DataplaneMoves:
         *,
         agents_namespaces: Collection[str] = (),
         cni_rbac: bool = True,
+        istio_cni_may_delete_pods: bool = False,
+        network_attachments: bool = False,
     ) -> None:
         self.state = state
         self.kube = kube
@@ -107,6 +116,15 @@ class DataplaneMoves:
         self.cni_rbac = cni_rbac
         # The last answer of spec.adopt (controllers/dataplane.py, _takeover).
         self.takeover: Takeover | None = None
+        # With the chart's istio-cni RBAC: whether the chart grants istio-cni
+        # delete on pods. Without: whether the operator was found to hold it, and
+        # so may grant it (asked until it does).
+        self.istio_cni_may_delete_pods = istio_cni_may_delete_pods
+        self.holds_pod_delete = False
+        # Whether the operator may write Multus's NetworkAttachmentDefinitions,
+        # and whether the API server was found to serve them (asked until it does).
+        self.may_write_network_attachments = network_attachments
+        self.network_attachments_served = False
 
     # -- facts ------------------------------------------------------------
     def _service_ip(self, namespace: str, name: str) -> str | None:
@@ -114,12 +132,48 @@ class DataplaneMoves:
         ip = ((svc or {}).get("spec") or {}).get("clusterIP")
         return ip if ip and ip != "None" else None
 
+    def may_grant_pod_delete(self) -> bool:
+        """Whether istio-cni may have delete on pods (spec.istioCni.repairMode Delete).
+
+        With the chart's RBAC, the chart says so (--istio-cni-may-delete-pods).
+        Without, the operator writes istio-cni's ClusterRole, and the API server
+        lets it grant only what it holds itself (or with `escalate`): it asks
+        before writing anything, so that a ConfigMap asking istio-cni to delete
+        pods is never written beside a role refused. Blocking: call it in a thread.
+        """
+        if not self.cni_rbac:
+            return self.istio_cni_may_delete_pods
+        if not self.holds_pod_delete:
+            rbac = "rbac.authorization.k8s.io"
+            self.holds_pod_delete = self.kube.may("delete", "pods") or self.kube.may(
+                "escalate", "clusterroles", rbac
+            )
+        return self.holds_pod_delete
+
+    def network_attachments(self, spec: AmbientMeshSpec) -> str:
+        """Whether Multus's NetworkAttachmentDefinitions can be written (cluster/facts.py).
+
+        Discovery is asked only while the spec wants one and the kind was not
+        found served yet: Multus may be installed at any time, and then a later
+        pass writes it. Blocking: call it in a thread.
+        """
+        if spec.istio_cni.provider != "multus":
+            return NETWORK_ATTACHMENTS_SERVED
+        if not self.may_write_network_attachments:
+            return NETWORK_ATTACHMENTS_NOT_GRANTED
+        if not self.network_attachments_served:
+            self.network_attachments_served = self.kube.serves(NETWORK_ATTACHMENT)
+        if self.network_attachments_served:
+            return NETWORK_ATTACHMENTS_SERVED
+        return NETWORK_ATTACHMENTS_NOT_SERVED
+
     def facts(
         self,
         spec: AmbientMeshSpec,
         moving_from: Sequence[str] = (),
         owner: Owner | None = None,
         choice: PlatformChoice | None = None,
+        network_attachments: str = NETWORK_ATTACHMENTS_SERVED,
     ) -> ClusterFacts:
         """Cluster facts for render, from the caches; `owner`'s agents tell a rollout's progress.
 
@@ -137,6 +191,7 @@ class DataplaneMoves:
             agents=self.running_agents(spec.namespace, owner) if owner is not None else {},
             platform=choice.name,
             platform_warning=choice_warning(choice),
+            network_attachments=network_attachments,
         )
 
     def platform_choice(self, spec: AmbientMeshSpec) -> PlatformChoice:
@@ -180,7 +235,8 @@ class DataplaneMoves:
         mesh. Any of these other than spec.namespace is a namespace being
         moved away from.
         """
-        return {key[2] for key in self.ours(owner) if key[2]}
+        # Multus's attachment lives in its global namespace, wherever the agents are.
+        return {key[2] for key in self.ours(owner) if key[2] and key[1] != NETWORK_ATTACHMENT.kind}
 
     async def namespace_refusal(
         self, namespace: str, owner: Owner

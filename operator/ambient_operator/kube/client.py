@@ -205,6 +205,33 @@ class Kube:
             raise KubeError.from_body(status, raw.reason or "", text)
         return raw
 
+    def serves(self, kind: Kind) -> bool:
+        """Whether the API server serves `kind` (its CRD is installed), by discovery."""
+        base = f"/apis/{kind.api_version}" if kind.group else f"/api/{kind.api_version}"
+        try:
+            found = self.request("GET", base)
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return any(r.get("name") == kind.plural for r in found.get("resources") or [])
+
+    def may(self, verb: str, resource: str, group: str = "") -> bool:
+        """Whether RBAC lets this identity `verb` `resource` in every namespace.
+
+        A SelfSubjectAccessReview: it changes nothing, and every authenticated
+        identity may ask it (Kubernetes' system:basic-user role).
+        """
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"verb": verb, "resource": resource, "group": group}},
+        }
+        found = self.request(
+            "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=review
+        )
+        return bool((found.get("status") or {}).get("allowed"))
+
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         """The object, or None when it does not exist.
 

@@ -119,6 +119,10 @@ _KINDS = [
     Kind("autoscaling/v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", True),
     Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", True),
     Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", True),
+    # Multus's CRD: served only where Multus is installed.
+    Kind(
+        "k8s.cni.cncf.io/v1", "NetworkAttachmentDefinition", "network-attachment-definitions", True
+    ),
     Kind("coordination.k8s.io/v1", "Lease", "leases", True),
     Kind("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles", False, names="segment"),
     Kind(

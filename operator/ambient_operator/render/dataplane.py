@@ -11,9 +11,15 @@ from typing import Any
 import yaml
 
 from ambient_operator.api import constants as c
+from ambient_operator.api.conditions import MeshReason, Problem
 from ambient_operator.api.types import ApiModel, is_zero
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec, IstioCni, Resources, Rollout, Ztunnel
-from ambient_operator.cluster.facts import ClusterFacts, NodeFacts
+from ambient_operator.cluster.facts import (
+    NETWORK_ATTACHMENTS_NOT_GRANTED,
+    NETWORK_ATTACHMENTS_SERVED,
+    ClusterFacts,
+    NodeFacts,
+)
 from ambient_operator.render import placement as pl
 from ambient_operator.render import values as v
 from ambient_operator.render.model import (
@@ -38,20 +44,13 @@ PORTS = {
     "cni_metrics": c.PORT_CNI_METRICS,
     "cni_readiness": c.PORT_CNI_READINESS,
 }
-# Settings install-cni does not default the way upstream's chart sets them
-# (REPAIR_REPAIR_PODS reads as false when absent), and the rest of the chart's
-# repair settings, so the ConfigMap says what the agent does.
-LINUX_CNI_SETTINGS = {
-    "REPAIR_LABEL_PODS": "false",
-    "REPAIR_DELETE_PODS": "false",
-    # Repair re-applies redirection inside a pod that started before the
-    # agent was ready, instead of labelling or deleting it.
-    "REPAIR_REPAIR_PODS": "true",
-}
-# Read only by repair modes that label pods, which the operator does not run.
-BROKEN_POD_LABEL = {
-    "REPAIR_BROKEN_POD_LABEL_KEY": "cni.istio.io/uninitialized",
-    "REPAIR_BROKEN_POD_LABEL_VALUE": "true",
+# The setting of each repair mode (spec.istioCni.repairMode), in the chart's
+# order. All three are written: install-cni reads an absent REPAIR_REPAIR_PODS
+# as false, unlike the chart's default, and the ConfigMap says what the agent does.
+REPAIR_MODE_SETTINGS = {
+    "Label": "REPAIR_LABEL_PODS",
+    "Delete": "REPAIR_DELETE_PODS",
+    "Repair": "REPAIR_REPAIR_PODS",
 }
 # Where the chart's peerCaCrl has ztunnel read the plugged-in CA's revocation list.
 CRL_PATH = "/var/run/secrets/istio/crl/ca-crl.pem"
@@ -449,9 +448,10 @@ def _cni_platform_settings(spec: AmbientMeshSpec, plat: _Platform) -> dict[str, 
         "ISTIO_OWNED_CNI_CONFIG": _bool(cni.istio_owned_cni_config),
         **owned,
         "NATIVE_NFTABLES": _bool(cni.native_nftables),
-        **LINUX_CNI_SETTINGS,
+        **{key: _bool(mode == cni.repair_mode) for mode, key in REPAIR_MODE_SETTINGS.items()},
         "REPAIR_INIT_CONTAINER_NAME": cni.repair_init_container_name,
-        **BROKEN_POD_LABEL,
+        "REPAIR_BROKEN_POD_LABEL_KEY": cni.broken_pod_label.key,
+        "REPAIR_BROKEN_POD_LABEL_VALUE": cni.broken_pod_label.value,
     }
 
 
@@ -563,6 +563,39 @@ def _network_policies(spec: AmbientMeshSpec) -> list[dict[str, Any]]:
     ]
 
 
+def _network_attachment(
+    spec: AmbientMeshSpec, facts: ClusterFacts
+) -> tuple[list[dict[str, Any]], list[Problem]]:
+    """Multus's NetworkAttachmentDefinition for istio-cni, or why it cannot be written."""
+    if spec.istio_cni.provider != "multus":
+        return [], []
+    if facts.network_attachments == NETWORK_ATTACHMENTS_SERVED:
+        attachment = render_object(
+            "networkattachmentdefinition.yaml.j2",
+            name=v.NETWORK_ATTACHMENT,
+            namespace=v.NETWORK_ATTACHMENT_NAMESPACE,
+            labels=v.labels(v.ISTIO_CNI, PLATFORM_LINUX),
+        )
+        return [attachment], []
+    where = f"NetworkAttachmentDefinition {v.NETWORK_ATTACHMENT_NAMESPACE}/{v.NETWORK_ATTACHMENT}"
+    if facts.network_attachments == NETWORK_ATTACHMENTS_NOT_GRANTED:
+        why = (
+            "the operator may not write NetworkAttachmentDefinitions. Set the chart value "
+            "multus.enabled=true (helm upgrade ... --reuse-values --set multus.enabled=true; "
+            "without the chart, run it with --network-attachments)"
+        )
+    else:
+        why = (
+            "this cluster does not serve NetworkAttachmentDefinition (k8s.cni.cncf.io/v1): "
+            "Multus is not installed. Install Multus"
+        )
+    message = (
+        f"spec.istioCni.provider is multus, but {where} was not written: {why}, or unset "
+        "spec.istioCni.provider. The rest of the agents are applied"
+    )
+    return [], [Problem(MeshReason.MULTUS_NOT_AVAILABLE, message)]
+
+
 def _scc_rbac(
     spec: AmbientMeshSpec, facts: ClusterFacts, accounts: Sequence[str]
 ) -> list[dict[str, Any]]:
@@ -593,6 +626,15 @@ def _service_account(spec: AmbientMeshSpec, name: str, component: Component) -> 
     )
 
 
+def deletes_pods(spec: AmbientMeshSpec) -> bool:
+    """Whether istio-cni needs `delete` on every pod: repair on, in its Delete mode.
+
+    The Label mode needs nothing more: it labels through pods/status, which
+    istio-cni holds anyway for the redirection annotation.
+    """
+    return spec.istio_cni.repair and spec.istio_cni.repair_mode == "Delete"
+
+
 def _rbac(
     spec: AmbientMeshSpec, facts: ClusterFacts, cni_daemonsets: Sequence[str]
 ) -> list[dict[str, Any]]:
@@ -603,6 +645,7 @@ def _rbac(
         labels=labels,
         daemonsets=sorted(cni_daemonsets),
         repair=spec.istio_cni.repair,
+        delete_pods=deletes_pods(spec),
         privileged_scc=profile(facts.platform).privileged_scc,
     )
     binding = render_object(
@@ -658,8 +701,8 @@ def render_dataplane(
 
     Pure: no API calls, no clock, no randomness; the node order in the facts
     does not matter. Objects come in apply order: ServiceAccounts, RBAC,
-    ResourceQuotas (where the platform needs them), ConfigMaps, NetworkPolicies (when
-    asked for), DaemonSets.
+    ResourceQuotas (where the platform needs them), ConfigMaps, NetworkPolicies and
+    Multus's NetworkAttachmentDefinition (when asked for), DaemonSets.
     `cni_rbac=False` leaves out the istio-cni
     ClusterRole and its binding, for installs that ship them (the chart):
     the operator then needs neither the agent's permissions nor RBAC writes.
@@ -727,6 +770,11 @@ def render_dataplane(
     objects.extend(configs)
     if spec.network_policy.enabled and any(not p.windows for p in platforms):
         objects.extend(_network_policies(spec))
+    problems: list[Problem] = []
+    if any(not p.windows for p in platforms):
+        # Multus attaches Linux pods only.
+        attachments, problems = _network_attachment(spec, facts)
+        objects.extend(attachments)
     objects.extend(daemonsets)
     return RenderResult(
         objects=tuple(objects),
@@ -734,4 +782,5 @@ def render_dataplane(
         daemonsets=tuple(plans),
         warnings=tuple(warnings),
         rollout=rollout,
+        problems=tuple(problems),
     )

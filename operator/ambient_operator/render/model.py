@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ambient_operator.api import constants as c
+from ambient_operator.api.conditions import Problem
 from ambient_operator.api.v1alpha1 import BuildCount, NodeInventory, UnsupportedNode
 
 Component = Literal["ztunnel", "istio-cni"]
@@ -89,6 +90,8 @@ class RenderResult:
     daemonsets: tuple[DaemonSetPlan, ...]
     warnings: tuple[str, ...]
     rollout: OrderedRollout = OrderedRollout()
+    # What the spec asks for and the cluster cannot have, each with its own reason.
+    problems: tuple[Problem, ...] = ()
 
     def unsupported(self) -> tuple[NodeVerdict, ...]:
         """Verdicts of the nodes that get no agent."""

@@ -37,6 +37,11 @@ SA_ZTUNNEL_WINDOWS = "ztunnel-windows"
 SA_ISTIO_CNI = "istio-cni"
 CLUSTER_ROLE_ISTIO_CNI = "istio-cni"
 CONFIG_MAP_ISTIO_CNI = "istio-cni-config"
+# Multus (spec.istioCni.provider multus): named and placed as the chart's. Multus
+# lets pods of every namespace refer to attachments in its global namespaces,
+# `default` among them.
+NETWORK_ATTACHMENT = "istio-cni"
+NETWORK_ATTACHMENT_NAMESPACE = "default"
 ISTIO_CA_ROOT_CERT = "istio-ca-root-cert"
 WINDOWS_RUN_AS = "NT AUTHORITY\\SYSTEM"
 

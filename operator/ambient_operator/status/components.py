@@ -272,6 +272,7 @@ def mesh_problems(
     #   does not support, which may fail anywhere; it comes before unsupported
     #   nodes, which are often for good (a WS2019 pool) and would hide it;
     # - unsupported nodes: those nodes only, and the rest of the mesh works;
+    # - what the spec asks for and the cluster cannot have (Multus), told by render;
     # - render warnings: a fallback that may yet work.
     problems: list[Problem] = []
     service = spec.istiod.service()
@@ -304,6 +305,7 @@ def mesh_problems(
                 f"{len(unsupported)} node(s) get no ambient agent: {listed}{more}",
             )
         )
+    problems.extend(result.problems)
     # A missing istiod Service also leaves its IP unknown to the render, which
     # warns about the Windows agents' fallback: the same cause, told above.
     said = {windows_istiod(spec, None)[1]} if istiod_missing else set()

@@ -21,7 +21,6 @@ from ambient_operator.controllers.waypoints.common import (
     GatewayKey,
     _labels,
 )
-from ambient_operator.kube.client import KubeError
 from ambient_operator.kube.resources import KINDS, Kind
 from ambient_operator.render.waypoints.names import CONTROLLER
 
@@ -121,15 +120,6 @@ class WaypointPriming(WaypointCache):
             ),
         ]
 
-    def _serves_gateway_api(self) -> bool:
-        try:
-            found = self.kube.request("GET", f"/apis/{c.GATEWAY_API_VERSION}")
-        except KubeError as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return any(r.get("name") == "gatewayclasses" for r in found.get("resources") or [])
-
     async def _check_gateway_api(self) -> bool:
         """Whether Gateway API is installed; without it there is nothing to do, quietly."""
         if self.gateway_api:
@@ -138,7 +128,7 @@ class WaypointPriming(WaypointCache):
         if now - self._api_checked < GATEWAY_API_RECHECK_SECONDS:
             return False
         self._api_checked = now
-        self.gateway_api = await self._call(self._serves_gateway_api)
+        self.gateway_api = await self._call(self.kube.serves, GATEWAY_CLASS)
         if not self.gateway_api:
             self._retry_later("classes", GATEWAY_API_RECHECK_SECONDS)
             return False
