@@ -50,8 +50,14 @@ docs: venv bins
 	$(PY) hack/gen_helm_values.py
 	$(PY) hack/gen_releases.py
 
+# The tests mostly wait for a control plane, so the files run on TEST_WORKERS
+# processes, each with a local control plane of its own (conftest's session
+# fixtures); a file stays on one worker, as its module fixtures need.
+# TEST_WORKERS=0 runs them in this process, one after another.
+TEST_WORKERS ?= 2
+
 test: venv bins lint typecheck
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 cluster-up: venv bins
 	$(PY) -m ambient_devcluster up --state-dir $(CLUSTER_STATE) --nodes $(NODES)
