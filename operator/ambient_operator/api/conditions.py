@@ -70,6 +70,7 @@ class MeshReason(StrEnum):
     # Degraded: the most severe problem names the reason; status/components.py
     # (mesh_problems) looks in this order, most severe first.
     AS_EXPECTED = "AsExpected"
+    CRD_OUTDATED = "CrdOutdated"
     ISTIOD_NOT_FOUND = "IstiodNotFound"
     ISTIOD_TRUST_MISSING = "IstiodTrustMissing"
     VERSION_SKEW = "VersionSkew"
@@ -298,7 +299,7 @@ MESH_CONDITIONS = Table(
             "`spec.ztunnel.rollout`). The API server checks most rules first; this catches "
             "objects stored by an older CRD.",
             "Fix the named field (`kubectl edit ambientmesh default`); apply the current CRD "
-            "(`kubectl apply --server-side -f crds/`).",
+            "(`kubectl apply --server-side --force-conflicts -f crds/`).",
             _RECONCILED_FALSE,
         ),
         Row(
@@ -434,6 +435,21 @@ MESH_CONDITIONS = Table(
             "Nothing is wrong.",
             "Nothing.",
             when(MeshCondition.DEGRADED, "False"),
+        ),
+        Row(
+            MeshReason.CRD_OUTDATED,
+            "The AmbientMesh CRD the API server serves lacks fields this operator knows: it "
+            "was installed by an older release, and `helm upgrade` never updates a chart's "
+            "`crds/`. The API server drops those fields from every write (a client that asks "
+            "for no strict validation, like the Python client, is not told), so what you set "
+            "there is not what the operator sees; status keeps to what the old schema declares. "
+            "The message lists the fields. The operator reads the CRD at start and on every "
+            "change of it.",
+            "Apply the CRDs of the operator's release: `kubectl apply --server-side "
+            "--force-conflicts -f crds/` from the release's source, or "
+            "`-f charts/ambient-operator/crds/` from its chart "
+            "([upgrades.md](upgrades.md)). Then set again any field that was dropped.",
+            when(MeshCondition.DEGRADED, "True"),
         ),
         Row(
             MeshReason.ISTIOD_NOT_FOUND,

@@ -8,6 +8,8 @@ API_GROUP: Final = "ambientoperator.io"
 API_VERSION: Final = "v1alpha1"
 KIND: Final = "AmbientMesh"
 PLURAL: Final = "ambientmeshes"
+# The AmbientMesh CRD, which the operator watches to tell an old schema.
+CRD_NAME: Final = "ambientmeshes.ambientoperator.io"
 SINGULAR: Final = "ambientmesh"
 SHORT_NAMES: Final = ("amesh",)
 MESH_NAME: Final = "default"

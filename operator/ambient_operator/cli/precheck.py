@@ -42,9 +42,7 @@ from ambient_operator.webhook.misses import MissTracker
 from ambient_operator.webhook.review import RUNTIME_CLASS
 
 EXIT_OK, EXIT_BLOCKED, EXIT_UNREACHABLE = 0, 1, 3
-CRD = Kind(
-    "apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", False
-)
+CRD = KINDS[("apiextensions.k8s.io/v1", "CustomResourceDefinition")]
 ENDPOINT_SLICE = Kind("discovery.k8s.io/v1", "EndpointSlice", "endpointslices", True)
 MESH = KINDS[(f"{c.API_GROUP}/{c.API_VERSION}", c.KIND)]
 WEBHOOK_CONFIG = KINDS[("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")]

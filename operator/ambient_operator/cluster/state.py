@@ -81,6 +81,8 @@ class ClusterState:
     """Caches fed by watches, and the trigger of the data-plane reconcile."""
 
     mesh: dict[str, Any] | None = None
+    # The AmbientMesh CRD as the API server serves it (status/schema.py reads it).
+    mesh_crd: dict[str, Any] | None = None
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     services: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     deployments: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)

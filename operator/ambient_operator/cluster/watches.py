@@ -132,6 +132,13 @@ def state_watches(state: ClusterState, owned_kinds: Sequence[tuple[str, str]]) -
         state.mesh = None if event == "DELETED" else cached_copy(body)
         state.poke()
 
+    def record_crd(event: str | None, body: Mapping[str, Any]) -> None:
+        state.mesh_crd = None if event == "DELETED" else cached_copy(body)
+        state.poke()
+
+    def forget_crd(_key: Key) -> None:
+        state.mesh_crd = None
+
     def record_node(event: str | None, body: Mapping[str, Any]) -> None:
         name = _name(body)
         if event == "DELETED":
@@ -214,6 +221,14 @@ def state_watches(state: ClusterState, owned_kinds: Sequence[tuple[str, str]]) -
             when=lambda name, _ns, _labels: name == c.MESH_NAME,
             cached=lambda: {("", c.MESH_NAME): state.mesh} if state.mesh else {},
             forget=forget_mesh,
+        ),
+        Watched(
+            "mesh-crd",
+            KINDS[("apiextensions.k8s.io/v1", "CustomResourceDefinition")],
+            record_crd,
+            when=lambda name, _ns, _labels: name == c.CRD_NAME,
+            cached=lambda: {("", c.CRD_NAME): state.mesh_crd} if state.mesh_crd else {},
+            forget=forget_crd,
         ),
         Watched(
             "nodes",

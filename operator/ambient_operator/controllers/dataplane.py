@@ -79,6 +79,7 @@ from ambient_operator.status.components import (
     transitions,
 )
 from ambient_operator.status.platform import platform_status
+from ambient_operator.status.schema import status_for
 from ambient_operator.status.versions import rollout_message, version_status
 from ambient_operator.status.writer import write_status
 
@@ -128,7 +129,9 @@ class DataplaneController(DataplaneMoves):
 
     def problems(self, spec: AmbientMeshSpec, result: RenderResult) -> list[Problem]:
         """Everything that makes the mesh Degraded (judged in status/components.py)."""
-        return mesh_problems(spec, result, set(self.state.services), self.istiod(spec))
+        return mesh_problems(
+            spec, result, set(self.state.services), self.istiod(spec), self.state.mesh_crd
+        )
 
     def istiod(self, spec: AmbientMeshSpec) -> dict[str, Any] | None:
         """istiod's Deployment, when the caches hold it (named like its Service)."""
@@ -473,7 +476,14 @@ class DataplaneController(DataplaneMoves):
     async def _write_status(
         self, mesh: dict[str, Any], previous: AmbientMeshStatus | None, status: AmbientMeshStatus
     ) -> None:
-        body = status.model_dump(by_alias=True, exclude_none=True, mode="json")
+        # What an old CRD cannot take is left out, or the API server refuses
+        # the whole write, CrdOutdated with it (status/schema.py).
+        body = dict(
+            status_for(
+                self.state.mesh_crd,
+                status.model_dump(by_alias=True, exclude_none=True, mode="json"),
+            )
+        )
         if body == (mesh.get("status") or {}):
             return
         try:

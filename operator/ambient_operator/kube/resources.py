@@ -143,6 +143,12 @@ _KINDS = [
     Kind("gateway.networking.k8s.io/v1", "Gateway", "gateways", True),
     Kind("gateway.networking.k8s.io/v1", "GatewayClass", "gatewayclasses", False),
     Kind("ambientoperator.io/v1alpha1", "AmbientMesh", "ambientmeshes", False),
+    Kind(
+        "apiextensions.k8s.io/v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        False,
+    ),
 ]
 KINDS: dict[tuple[str, str], Kind] = {(k.api_version, k.kind): k for k in _KINDS}
 

@@ -34,6 +34,7 @@ from ambient_operator.api.v1alpha1 import (
 )
 from ambient_operator.render.model import RenderResult
 from ambient_operator.render.values import windows_istiod
+from ambient_operator.status.schema import crd_problem
 from ambient_operator.status.versions import version_skew
 
 
@@ -257,14 +258,18 @@ def mesh_problems(
     result: RenderResult,
     services: Collection[tuple[str, str]],
     istiod: Mapping[str, Any] | None,
+    crd: Mapping[str, Any] | None = None,
 ) -> list[Problem]:
     """Everything that makes the mesh Degraded, most severe first, each cause once.
 
     `services` are the (namespace, name) of the Services the operator
-    watches; `istiod` is istiod's Deployment, when found.
+    watches; `istiod` is istiod's Deployment, when found; `crd` the
+    AmbientMesh CRD as served.
     """
     # The order is by how much of the mesh each problem stops, because the
     # first names Degraded's reason and is what an operator fixes first:
+    # - an old CRD: what the user set may not be what the operator sees, so
+    #   anything below may follow from it;
     # - no istiod: no agent anywhere gets configuration or a certificate;
     # - istiod not trusting a ztunnel account: every node of that account
     #   (the Windows ones, typically) runs agents that cannot serve a pod;
@@ -275,6 +280,9 @@ def mesh_problems(
     # - what the spec asks for and the cluster cannot have (Multus), told by render;
     # - render warnings: a fallback that may yet work.
     problems: list[Problem] = []
+    outdated = crd_problem(crd)
+    if outdated is not None:
+        problems.append(outdated)
     service = spec.istiod.service()
     istiod_missing = (
         not spec.istiod.dialled_as_written() and (spec.namespace, service) not in services
