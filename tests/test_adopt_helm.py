@@ -50,7 +50,7 @@ from ambient_operator.cluster.helm_releases import ReleaseObject, read_releases
 from ambient_operator.kube.client import Kube
 from ambient_operator.kube.credentials import load_credentials
 from conftest import BIN_DIR, REPO_ROOT, unique_name, wait_for
-from operator_harness import AuditLog, RunningOperator
+from operator_harness import WRITE_VERBS, AuditLog, RunningOperator
 from test_chart_rbac import Identity, chart_identity
 from test_docs_commands import documented
 
@@ -166,7 +166,8 @@ def uids(k8s: client.ApiClient) -> dict[tuple[str, str], str]:
         ("ServiceAccount", core.list_namespaced_service_account(AGENTS).items),
     ):
         for obj in items:
-            if obj.metadata.name not in ("default", "kube-root-ca.crt", "istio-ca-root-cert"):
+            # Not the agents': the namespace's own, and istiod's waypoint class defaults.
+            if obj.metadata.name not in ("default", "kube-root-ca.crt", CLASS_DEFAULTS):
                 out[(kind, obj.metadata.name)] = obj.metadata.uid
     return out
 
@@ -349,6 +350,34 @@ def test_a_release_holding_a_users_object_is_refused_and_nothing_is_written(
         "data": {"owner": "team"},
     }
     stray_uid = core.create_namespaced_config_map(AGENTS, stray).metadata.uid
+    try:
+        _refused_by(install, k8s, stray_uid)
+    finally:
+        core.delete_namespaced_config_map("team-settings", AGENTS)
+
+
+# What the data plane writes; the waypoints' controller writes its GatewayClass and
+# istiod's class defaults (a ConfigMap in the agents' namespace) on its own.
+DATA_PLANE = {"daemonsets", "configmaps", "serviceaccounts", "clusterroles", "clusterrolebindings"}
+CLASS_DEFAULTS = "ambient-operator-istio-waypoint-defaults"
+
+
+def data_plane_writes(install: Install, since: int) -> list[tuple[str, str, str]]:
+    """(verb, resource, name) of the operator's writes to the data plane since `since`."""
+    out = []
+    for event in install.audit.events(since, user=install.identity.user):
+        ref = event.get("objectRef") or {}
+        resource, name = ref.get("resource", ""), ref.get("name", "")
+        if event["verb"] not in WRITE_VERBS or ref.get("subresource"):
+            continue
+        if resource == "configmaps" and (name == CLASS_DEFAULTS or ref.get("namespace") != AGENTS):
+            continue
+        if resource in DATA_PLANE or resource == PLURAL:
+            out.append((event["verb"], resource, name))
+    return out
+
+
+def _refused_by(install: Install, k8s: client.ApiClient, stray_uid: str) -> None:
     since = install.audit.mark()
     create_mesh(k8s, install.mesh_spec)
     cond = wait_reconciled(k8s, install.operator, "AdoptionRefused")
@@ -360,10 +389,11 @@ def test_a_release_holding_a_users_object_is_refused_and_nothing_is_written(
     two_more_passes(install.operator)
     user = install.identity.user
     writes = install.audit.writes(since, user=user)
-    # The AmbientMesh's status and Events, and nothing else: not an agent, not a new DaemonSet.
+    # Of the data plane, the AmbientMesh's status and nothing else: not an agent, not
+    # a new DaemonSet (the waypoints' controller may write its GatewayClass meanwhile).
     paths = {w.split("?")[0] for w in writes}
     assert f"patch /apis/{GROUP}/{VERSION}/{PLURAL}/{c.MESH_NAME}/status" in paths, writes
-    assert all(p.endswith((f"/{PLURAL}/{c.MESH_NAME}/status", "/events")) for p in paths), writes
+    assert data_plane_writes(install, since) == [], writes
     assert uids(k8s) == {**install.objects, ("ConfigMap", "team-settings"): stray_uid}
     assert agent_pods(k8s) == install.pods
     # precheck says the same, and what the ztunnel release alone would give.
@@ -381,7 +411,6 @@ def test_a_release_holding_a_users_object_is_refused_and_nothing_is_written(
     )
     assert "replaces ztunnel: 3 pod(s) on linux, " in rows[1]["message"], rows[1]["message"]
     assert rows[1]["items"] == [f"DaemonSet {AGENTS}/ztunnel", f"ServiceAccount {AGENTS}/ztunnel"]
-    core.delete_namespaced_config_map("team-settings", AGENTS)
 
 
 def _ds(k8s: client.ApiClient, name: str) -> Any:
@@ -444,29 +473,19 @@ def test_the_take_over_restarts_no_agent(install: Install, k8s: client.ApiClient
     assert agent_pods(k8s) == install.pods
     assert {k: v for k, v in uids(k8s).items() if k in install.objects} == install.objects
     # Writes only to the releases' objects taken, to new objects of the
-    # operator's own, and to the mesh.
-    taken_paths = {
-        f"/api/v1/namespaces/{AGENTS}/configmaps/istio-cni-config",
-        f"/apis/apps/v1/namespaces/{AGENTS}/daemonsets/istio-cni-node",
-        f"/apis/apps/v1/namespaces/{AGENTS}/daemonsets/ztunnel",
-        f"/api/v1/namespaces/{AGENTS}/serviceaccounts/istio-cni",
-        f"/api/v1/namespaces/{AGENTS}/serviceaccounts/ztunnel",
+    # operator's own (created, then claimed), and to the mesh's status.
+    taken = {
+        ("configmaps", "istio-cni-config"),
+        ("daemonsets", "istio-cni-node"),
+        ("daemonsets", "ztunnel"),
+        ("serviceaccounts", "istio-cni"),
+        ("serviceaccounts", "ztunnel"),
     }
-    created = set()
-    for event in install.audit.events(since, user=install.identity.user):
-        if event["verb"] == "create":
-            obj = event.get("objectRef") or {}
-            created.add(obj.get("name"))
-    strays = []
-    for write in install.audit.writes(since, user=install.identity.user):
-        verb, uri = write.split(" ", 1)
-        path = uri.split("?")[0]
-        name = path.rsplit("/", 1)[-1]
-        if path in taken_paths or f"/{PLURAL}/{c.MESH_NAME}" in path or path.endswith("/events"):
-            continue
-        if verb == "create" or name in created:
-            continue
-        strays.append(write)
+    writes = data_plane_writes(install, since)
+    created = {name for verb, _, name in writes if verb == "create"}
+    strays = [
+        w for w in writes if w[0] != "create" and (w[1], w[2]) not in taken and w[2] not in created
+    ]
     assert strays == []
     assert not [w for w in install.audit.writes(since, user=install.identity.user) if "rbac" in w]
 

@@ -330,6 +330,20 @@ def _subjects(binding: client.V1ClusterRoleBinding) -> set[tuple[str, str]]:
     return {(s.name, s.namespace) for s in binding.subjects or []}
 
 
+def _binding_names(run: InProcess, k8s: client.ApiClient, expected: set[tuple[str, str]]) -> None:
+    """Passes until the istio-cni binding names exactly `expected`.
+
+    The pass that prunes a namespace's agents rendered the binding before
+    the prune; the pass their deletion starts names the namespaces left.
+    """
+
+    def named() -> bool:
+        run.run_pass()
+        return _subjects(_binding(k8s)) == expected
+
+    wait_for(named, TIMEOUT, f"the istio-cni binding naming {sorted(expected)}")
+
+
 def test_standalone_binding_follows_the_agents_not_the_spec(
     cluster: LocalCluster,
     k8s: client.ApiClient,
@@ -388,11 +402,11 @@ def test_standalone_binding_follows_the_agents_not_the_spec(
         # The pass that pruned the old agents saw the new ones take over first.
         assert early == []
         run.converge(k8s, target, away=(AGENTS,))
-        assert _subjects(_binding(k8s)) == {(CNI, target)}
+        _binding_names(run, k8s, {(CNI, target)})
 
         set_namespace(k8s, AGENTS)
         run.converge(k8s, AGENTS, away=(target,))
-        assert _subjects(_binding(k8s)) == {(CNI, AGENTS)}
+        _binding_names(run, k8s, {(CNI, AGENTS)})
     finally:
         set_namespace(k8s, AGENTS)
         with contextlib.suppress(ApiException):
