@@ -417,3 +417,14 @@ def apply_requested(kube: Kube, obj: Mapping[str, Any]) -> dict[str, Any]:
     ownership rule of the operator's objects does not apply.
     """
     return kube.apply(obj, force=True)
+
+
+def delete_requested(kube: Kube, obj: Mapping[str, Any]) -> bool:
+    """Delete an object a person asked for by name (`waypoint delete`); False if already gone.
+
+    Only the incarnation the person was shown is deleted (its UID as a
+    precondition), never a namesake made meanwhile. What it owns is left to
+    the garbage collector, as `kubectl delete` leaves it.
+    """
+    meta = obj["metadata"]
+    return kube.delete(kind_of(dict(obj)), meta["name"], meta.get("namespace"), uid=meta.get("uid"))

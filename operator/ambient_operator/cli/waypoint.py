@@ -1,4 +1,10 @@
-"""`ambient-operator waypoint apply`: a Gateway of our class, as `istioctl waypoint apply` makes."""
+"""`ambient-operator waypoint`: apply, list and delete waypoints, as `istioctl waypoint` does.
+
+`istioctl waypoint list` and `delete` keep only Gateways of istiod's class
+(`istio-waypoint`); these cover both it and the operator's class, and say
+whose each waypoint is and on which OS its pods may run (the operator pins
+its waypoints to Linux; istiod's Deployments carry no OS pin).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ from pydantic import ValidationError
 from ambient_operator.api import constants as c
 from ambient_operator.api.conditions import GatewayCondition
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
-from ambient_operator.apply.writer import apply_requested
+from ambient_operator.apply.writer import apply_requested, delete_requested
 from ambient_operator.kube.client import Kube, KubeError
 from ambient_operator.kube.credentials import load_credentials
 from ambient_operator.kube.resources import KINDS
@@ -23,7 +29,10 @@ DEFAULT_NAME = "waypoint"
 MESH = KINDS[("ambientoperator.io/v1alpha1", "AmbientMesh")]
 NAMESPACE = KINDS[("v1", "Namespace")]
 GATEWAY = KINDS[(c.GATEWAY_API_VERSION, "Gateway")]
+DEPLOYMENT = KINDS[("apps/v1", "Deployment")]
 EXIT_FAILED = 1
+# Who deploys the waypoints of each class (the WHOSE column).
+OURS, ISTIOD = "ambient-operator", "istiod"
 
 
 def waypoint_gateway(
@@ -104,8 +113,138 @@ def _cmd_apply(args: argparse.Namespace) -> int:
     return 0
 
 
+def _label(obj: dict[str, Any], key: str) -> str | None:
+    value = ((obj.get("metadata") or {}).get("labels") or {}).get(key)
+    return str(value) if value else None
+
+
+def waypoint_rows(
+    gateways: list[dict[str, Any]],
+    deployments: dict[tuple[str, str], dict[str, Any]],
+    our_class: str,
+) -> list[dict[str, str]]:
+    """One row per waypoint Gateway (ours and istiod's), by namespace and name.
+
+    REVISION and TRAFFIC TYPE read as istioctl reads them (`istio.io/rev`,
+    else `default`; `istio.io/waypoint-for`, else `none`); OS is the pin of
+    the waypoint's Deployment: `linux`, `any` without one, `-` before it exists.
+    """
+    whose = {our_class: OURS, c.ISTIO_WAYPOINT_CLASS: ISTIOD}
+    rows = []
+    for gw in gateways:
+        meta = gw.get("metadata") or {}
+        owner = whose.get(str((gw.get("spec") or {}).get("gatewayClassName")))
+        if owner is None:
+            continue
+        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+        deployment = deployments.get((namespace, name))
+        pod = (((deployment or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+        pinned = (pod.get("nodeSelector") or {}).get(c.LABEL_OS)
+        programmed = next(
+            (
+                str(cond.get("status"))
+                for cond in (gw.get("status") or {}).get("conditions") or []
+                if cond.get("type") == GatewayCondition.PROGRAMMED
+            ),
+            "False",
+        )
+        rows.append(
+            {
+                "NAMESPACE": namespace,
+                "NAME": name,
+                "REVISION": _label(gw, c.LABEL_REVISION) or "default",
+                "TRAFFIC TYPE": _label(gw, c.LABEL_WAYPOINT_FOR) or "none",
+                "PROGRAMMED": programmed,
+                "WHOSE": owner,
+                "OS": "-" if deployment is None else str(pinned or "any"),
+            }
+        )
+    return sorted(rows, key=lambda r: (r["NAMESPACE"], r["NAME"]))
+
+
+def table(rows: list[dict[str, str]], columns: list[str]) -> str:
+    """Rows as a table with istioctl's spacing (columns padded, five spaces apart)."""
+    widths = [max([len(col), *(len(r[col]) for r in rows)]) for col in columns]
+    lines = [
+        "     ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
+        for cells in [columns, *([r[col] for col in columns] for r in rows)]
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _gateways(kube: Kube, namespace: str | None) -> list[dict[str, Any]]:
+    return kube.list(GATEWAY, namespace)
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    kube = Kube(load_credentials(args.kubeconfig))
+    namespace = None if args.all_namespaces else args.namespace
+    try:
+        gateways = _gateways(kube, namespace)
+        deployments = {
+            (str(d["metadata"].get("namespace")), str(d["metadata"]["name"])): d
+            for d in kube.list(DEPLOYMENT, namespace)
+        }
+        rows = waypoint_rows(gateways, deployments, class_name(kube))
+    except KubeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if not rows:
+        print("No waypoints found.")
+        return 0
+    columns = ["NAME", "REVISION", "TRAFFIC TYPE", "PROGRAMMED", "WHOSE", "OS"]
+    if args.all_namespaces:
+        columns.insert(0, "NAMESPACE")
+    sys.stdout.write(table(rows, columns))
+    return 0
+
+
+def _cmd_delete(args: argparse.Namespace) -> int:
+    kube = Kube(load_credentials(args.kubeconfig), field_manager=CLI_FIELD_MANAGER)
+    namespace = args.namespace
+    if bool(args.names) == bool(args.all):
+        print("error: name one or more waypoints, or give --all", file=sys.stderr)
+        return EXIT_FAILED
+    failed = False
+    try:
+        ours = class_name(kube)
+        if args.all:
+            # Only waypoints: a Gateway of another class is deleted only by name.
+            waypoint_classes = {ours, c.ISTIO_WAYPOINT_CLASS}
+            chosen = [
+                gw
+                for gw in _gateways(kube, namespace)
+                if (gw.get("spec") or {}).get("gatewayClassName") in waypoint_classes
+            ]
+        else:
+            chosen = []
+            for name in args.names:
+                found = kube.get(GATEWAY, name, namespace)
+                if found is None:
+                    print(f"waypoint {namespace}/{name} not found")
+                    failed = True
+                    continue
+                chosen.append(found)
+        for gw in sorted(chosen, key=lambda g: str(g["metadata"]["name"])):
+            name = gw["metadata"]["name"]
+            deleted = delete_requested(kube, gw)
+            print(f"waypoint {namespace}/{name} {'deleted' if deleted else 'not found'}")
+    except KubeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_FAILED if failed else 0
+
+
+def _kube_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig",
+        default=os.environ.get("KUBECONFIG"),
+        help="kubeconfig file (default: $KUBECONFIG, else in-cluster)",
+    )
+
+
 def add_parser(sub: Any) -> None:
-    """Add `waypoint apply` to the top-level subcommands."""
+    """Add `waypoint apply`, `list` and `delete` to the top-level subcommands."""
     waypoint = sub.add_parser("waypoint", help="manage waypoint Gateways of the operator's class")
     actions = waypoint.add_subparsers(dest="waypoint_command", required=True)
     apply = actions.add_parser(
@@ -136,3 +275,30 @@ def add_parser(sub: Any) -> None:
         "--timeout", type=float, default=120.0, help="seconds --wait waits (default 120)"
     )
     apply.set_defaults(func=_cmd_apply)
+
+    listing = actions.add_parser(
+        "list", help="list the waypoints of the operator's class and of istiod's (istio-waypoint)"
+    )
+    where = listing.add_mutually_exclusive_group()
+    where.add_argument("--namespace", "-n", default="default", help="namespace (default default)")
+    where.add_argument(
+        "--all-namespaces", "-A", action="store_true", help="list waypoints in all namespaces"
+    )
+    _kube_flags(listing)
+    listing.set_defaults(func=_cmd_list)
+
+    delete = actions.add_parser(
+        "delete",
+        help="delete waypoint Gateways by name, or every waypoint of the namespace with --all "
+        "(what they own goes with them, by the garbage collector)",
+    )
+    delete.add_argument("names", nargs="*", metavar="NAME", help="Gateways to delete")
+    delete.add_argument(
+        "--all",
+        action="store_true",
+        help="every Gateway of the operator's class and of istio-waypoint in the namespace; "
+        "a Gateway of another class is deleted only when named",
+    )
+    delete.add_argument("--namespace", "-n", default="default", help="namespace (default default)")
+    _kube_flags(delete)
+    delete.set_defaults(func=_cmd_delete)

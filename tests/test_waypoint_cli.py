@@ -1,0 +1,189 @@
+"""`ambient-operator waypoint list` and `delete` on the session's control plane (issue 34).
+
+A fixed set of Gateways: two of the operator's class, one of istiod's
+(`istio-waypoint`), one of another class; statuses and the waypoints'
+Deployments written here as the controllers would. The output is literal,
+with istioctl's columns (NAME, REVISION, TRAFFIC TYPE, PROGRAMMED) and ours
+(WHOSE, OS). `delete --all` takes both waypoint classes and nothing else;
+what a deleted Gateway owns goes by the garbage collector, the rest stays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from ambient_devcluster import LocalCluster
+from conftest import unique_name, wait_for
+
+NS, OTHER_NS = unique_name("wp-cli"), unique_name("wp-cli-b")
+GROUP, VERSION = "gateway.networking.k8s.io", "v1"
+
+
+def _gateway(namespace: str, name: str, klass: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Gateway",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "gatewayClassName": klass,
+            "listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}],
+        },
+    }
+
+
+def _deployment(gw: dict[str, Any], pinned: bool) -> dict[str, Any]:
+    """A waypoint Deployment as its controller makes it: owned by the Gateway."""
+    meta = gw["metadata"]
+    pod: dict[str, Any] = {"containers": [{"name": "istio-proxy", "image": "x/proxyv2:1"}]}
+    if pinned:
+        pod["nodeSelector"] = {"kubernetes.io/os": "linux"}
+    return {
+        "metadata": {
+            "name": meta["name"],
+            "ownerReferences": [
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "Gateway",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                }
+            ],
+        },
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"gw": meta["name"]}},
+            "template": {"metadata": {"labels": {"gw": meta["name"]}}, "spec": pod},
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def waypoints(
+    k8s: client.ApiClient, gateway_api_crds: None, crds_installed: None
+) -> Iterator[dict[str, str]]:
+    """The Gateways, statuses and Deployments; their UIDs by name."""
+    core, apps = client.CoreV1Api(k8s), client.AppsV1Api(k8s)
+    custom = client.CustomObjectsApi(k8s)
+    for ns in (NS, OTHER_NS):
+        core.create_namespace({"metadata": {"name": ns}})
+    made = {}
+    for namespace, name, klass, labels in (
+        (NS, "alpha", "ambient-waypoint", {"istio.io/waypoint-for": "all"}),
+        (NS, "beta", "istio-waypoint", {"istio.io/rev": "canary"}),
+        (NS, "ingress", "other-class", {}),
+        (OTHER_NS, "gamma", "ambient-waypoint", {}),
+    ):
+        body = _gateway(namespace, name, klass, labels)
+        made[name] = custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, "gateways", body
+        )
+    now = "2026-12-06T00:00:00Z"
+    programmed = {
+        "type": "Programmed",
+        "status": "True",
+        "reason": "Programmed",
+        "message": "ready",
+        "lastTransitionTime": now,
+        "observedGeneration": 1,
+    }
+    custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, NS, "gateways", "alpha", {"status": {"conditions": [programmed]}}
+    )
+    apps.create_namespaced_deployment(NS, _deployment(made["alpha"], pinned=True))
+    apps.create_namespaced_deployment(NS, _deployment(made["beta"], pinned=False))
+    keeper = core.create_namespaced_config_map(NS, {"metadata": {"name": "keeper"}})
+    uids = {name: str(gw["metadata"]["uid"]) for name, gw in made.items()}
+    uids["keeper"] = str(keeper.metadata.uid)
+    yield uids
+    for ns in (NS, OTHER_NS):
+        with contextlib.suppress(ApiException):
+            core.delete_namespace(ns)
+
+
+def cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    binary = Path(sys.executable).parent / "ambient-operator"
+    return subprocess.run(
+        [str(binary), "waypoint", *args, "--kubeconfig", str(cluster.kubeconfig)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+def test_list_shows_both_classes_with_whose_and_os(
+    cluster: LocalCluster, waypoints: dict[str, str]
+) -> None:
+    done = cli(cluster, "list", "-n", NS)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        "NAME      REVISION     TRAFFIC TYPE     PROGRAMMED     WHOSE                OS\n"
+        "alpha     default      all              True           ambient-operator     linux\n"
+        "beta      canary       none             Unknown        istiod               any\n"
+    )
+
+
+def test_list_all_namespaces_adds_the_namespace(
+    cluster: LocalCluster, waypoints: dict[str, str]
+) -> None:
+    done = cli(cluster, "list", "-A")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == [
+        "NAMESPACE", "NAME", "REVISION", "TRAFFIC", "TYPE", "PROGRAMMED", "WHOSE", "OS"
+    ]  # fmt: skip
+    ours = [line.split() for line in lines[1:] if line.startswith((NS, OTHER_NS))]
+    # Gateway API's CRD starts Programmed at Unknown; only alpha's status was written.
+    assert ours == sorted(
+        [
+            [NS, "alpha", "default", "all", "True", "ambient-operator", "linux"],
+            [NS, "beta", "canary", "none", "Unknown", "istiod", "any"],
+            [OTHER_NS, "gamma", "default", "none", "Unknown", "ambient-operator", "-"],
+        ]
+    )
+
+
+def test_delete_all_takes_waypoints_only_and_leaves_the_rest_to_the_collector(
+    cluster: LocalCluster, k8s: client.ApiClient, waypoints: dict[str, str]
+) -> None:
+    apps, core = client.AppsV1Api(k8s), client.CoreV1Api(k8s)
+    custom = client.CustomObjectsApi(k8s)
+
+    def gateway_uid(name: str) -> str | None:
+        try:
+            gw = custom.get_namespaced_custom_object(GROUP, VERSION, NS, "gateways", name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return str(gw["metadata"]["uid"])
+
+    done = cli(cluster, "delete", "--all", "-n", NS)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"waypoint {NS}/alpha deleted\nwaypoint {NS}/beta deleted\n"
+    # Another class stays, and so does what no Gateway owns.
+    assert gateway_uid("ingress") == waypoints["ingress"]
+    assert core.read_namespaced_config_map("keeper", NS).metadata.uid == waypoints["keeper"]
+    # The deleted waypoints' own Deployments go by the garbage collector.
+    wait_for(
+        lambda: not apps.list_namespaced_deployment(NS).items,
+        60,
+        "the deleted waypoints' Deployments collected",
+    )
+    # Another class only by name; a name that is not there is said and fails.
+    done = cli(cluster, "delete", "ingress", "missing", "-n", NS)
+    assert done.returncode == 1
+    assert done.stdout == f"waypoint {NS}/missing not found\nwaypoint {NS}/ingress deleted\n"
+    assert gateway_uid("ingress") is None
+    done = cli(cluster, "delete", "-n", NS)
+    assert done.returncode == 1
+    assert "name one or more waypoints, or give --all" in done.stderr
