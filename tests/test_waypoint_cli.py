@@ -152,6 +152,70 @@ def test_list_all_namespaces_adds_the_namespace(
     )
 
 
+def test_status_wait_prints_each_change_and_gives_up_with_the_gateways_message(
+    cluster: LocalCluster, k8s: client.ApiClient, waypoints: dict[str, str]
+) -> None:
+    # Nothing programs gamma: the wait ends at its timeout, with the condition's own words
+    # (Gateway API's CRD default until a controller writes one).
+    done = cli(cluster, "status", "gamma", "-n", OTHER_NS, "--wait", "--timeout", "2")
+    assert done.returncode == 1
+    assert done.stdout == (
+        "NAME  STATUS  TYPE  REASON  MESSAGE\n"
+        "gamma  Unknown  Programmed  Pending  Waiting for controller\n"
+    )
+    assert done.stderr == (
+        f"error: waypoint {OTHER_NS}/gamma not Programmed after 2s: "
+        "Programmed=Unknown Pending: Waiting for controller\n"
+    )
+    binary = Path(sys.executable).parent / "ambient-operator"
+    argv = [str(binary), "waypoint", "status", "gamma", "-n", OTHER_NS, "--wait"]
+    proc = subprocess.Popen(
+        [*argv, "--timeout", "60", "--kubeconfig", str(cluster.kubeconfig)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    try:
+        assert proc.stdout.readline() == "NAME  STATUS  TYPE  REASON  MESSAGE\n"
+        assert proc.stdout.readline().startswith("gamma  Unknown  ")
+        # The waiting command has printed its first state: now the controller's word.
+        condition = {
+            "type": "Programmed",
+            "status": "True",
+            "reason": "Programmed",
+            "message": "ready",
+            "lastTransitionTime": "2026-12-06T00:00:00Z",
+            "observedGeneration": 1,
+        }
+        client.CustomObjectsApi(k8s).patch_namespaced_custom_object_status(
+            GROUP, VERSION, OTHER_NS, "gateways", "gamma", {"status": {"conditions": [condition]}}
+        )
+        assert proc.wait(timeout=60) == 0
+        assert proc.stdout.read() == "gamma  True  Programmed  Programmed  ready\n"
+    finally:
+        proc.kill()
+
+
+def test_generate_prints_the_gateway_apply_writes(cluster: LocalCluster) -> None:
+    done = cli(cluster, "generate", "-n", "shop", "--name", "wp", "--for", "all")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        "apiVersion: gateway.networking.k8s.io/v1\n"
+        "kind: Gateway\n"
+        "metadata:\n"
+        "  name: wp\n"
+        "  namespace: shop\n"
+        "  labels:\n"
+        "    istio.io/waypoint-for: all\n"
+        "spec:\n"
+        "  gatewayClassName: ambient-waypoint\n"
+        "  listeners:\n"
+        "  - name: mesh\n"
+        "    port: 15008\n"
+        "    protocol: HBONE\n"
+    )
+
+
 def test_delete_all_takes_waypoints_only_and_leaves_the_rest_to_the_collector(
     cluster: LocalCluster, k8s: client.ApiClient, waypoints: dict[str, str]
 ) -> None:

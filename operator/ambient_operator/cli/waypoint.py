@@ -14,6 +14,7 @@ import sys
 import time
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 
 from ambient_operator.api import constants as c
@@ -21,7 +22,7 @@ from ambient_operator.api.conditions import GatewayCondition
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.apply.writer import apply_requested, delete_requested
 from ambient_operator.kube.client import Kube, KubeError
-from ambient_operator.kube.credentials import load_credentials
+from ambient_operator.kube.credentials import CredentialsError, load_credentials
 from ambient_operator.kube.resources import KINDS
 
 CLI_FIELD_MANAGER = "ambient-operator-cli"
@@ -235,6 +236,100 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     return EXIT_FAILED if failed else 0
 
 
+def programmed_condition(gateway: dict[str, Any]) -> tuple[str, str, str]:
+    """(status, reason, message) of a Gateway's Programmed condition; Unknown when absent."""
+    for cond in (gateway.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == GatewayCondition.PROGRAMMED:
+            return (
+                str(cond.get("status", "Unknown")),
+                str(cond.get("reason", "")),
+                str(cond.get("message", "")),
+            )
+    return ("Unknown", "", "no Programmed condition yet")
+
+
+def _status_line(gateway: dict[str, Any]) -> str:
+    status, reason, message = programmed_condition(gateway)
+    return f"{gateway['metadata']['name']}  {status}  Programmed  {reason or '-'}  {message}"
+
+
+def _waypoints_to_watch(kube: Kube, namespace: str, name: str | None) -> list[dict[str, Any]]:
+    if name is not None:
+        found = kube.get(GATEWAY, name, namespace)
+        return [] if found is None else [found]
+    classes = {class_name(kube), c.ISTIO_WAYPOINT_CLASS}
+    return sorted(
+        (
+            g
+            for g in _gateways(kube, namespace)
+            if (g.get("spec") or {}).get("gatewayClassName") in classes
+        ),
+        key=lambda g: str(g["metadata"]["name"]),
+    )
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    kube = Kube(load_credentials(args.kubeconfig))
+    namespace = args.namespace
+    try:
+        gateways = _waypoints_to_watch(kube, namespace, args.name)
+        if not gateways:
+            print(
+                f"waypoint {namespace}/{args.name} not found"
+                if args.name
+                else "No waypoints found."
+            )
+            return EXIT_FAILED if args.name else 0
+        print("NAME  STATUS  TYPE  REASON  MESSAGE")
+        shown = {}
+        for gw in gateways:
+            shown[gw["metadata"]["name"]] = _status_line(gw)
+            print(shown[gw["metadata"]["name"]], flush=True)
+        if not args.wait:
+            return 0
+        deadline = time.monotonic() + args.timeout
+        while True:
+            waiting = []
+            for gw in gateways:
+                name = gw["metadata"]["name"]
+                live = kube.get(GATEWAY, name, namespace)
+                if live is None:
+                    print(f"{name}  deleted", flush=True)
+                    return EXIT_FAILED
+                line = _status_line(live)
+                if line != shown[name]:
+                    # One line per change, so a wait never hides why it waits.
+                    shown[name] = line
+                    print(line, flush=True)
+                if not _programmed(live):
+                    waiting.append(live)
+            if not waiting:
+                return 0
+            if time.monotonic() > deadline:
+                for live in waiting:
+                    status, reason, message = programmed_condition(live)
+                    print(
+                        f"error: waypoint {namespace}/{live['metadata']['name']} not Programmed "
+                        f"after {args.timeout:g}s: Programmed={status} {reason}: {message}",
+                        file=sys.stderr,
+                    )
+                return EXIT_FAILED
+            time.sleep(0.5)
+    except KubeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    try:
+        klass = class_name(Kube(load_credentials(args.kubeconfig)))
+    except (CredentialsError, KubeError, OSError):  # no cluster: the default class
+        klass = AmbientMeshSpec().waypoints.class_name
+    gateway = waypoint_gateway(args.namespace, args.name, klass, args.waypoint_for)
+    sys.stdout.write(yaml.safe_dump(gateway, sort_keys=False))
+    return 0
+
+
 def _kube_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kubeconfig",
@@ -302,3 +397,35 @@ def add_parser(sub: Any) -> None:
     delete.add_argument("--namespace", "-n", default="default", help="namespace (default default)")
     _kube_flags(delete)
     delete.set_defaults(func=_cmd_delete)
+
+    status = actions.add_parser(
+        "status",
+        help="the Programmed condition of one waypoint or every waypoint of the namespace; "
+        "with --wait, a line per change until all are Programmed",
+    )
+    status.add_argument("name", nargs="?", metavar="NAME", help="one waypoint (default: all)")
+    status.add_argument("--namespace", "-n", default="default", help="namespace (default default)")
+    status.add_argument("--wait", action="store_true", help="wait until Programmed")
+    status.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds --wait waits (default 60)"
+    )
+    _kube_flags(status)
+    status.set_defaults(func=_cmd_status)
+
+    generate = actions.add_parser(
+        "generate", help="print the waypoint Gateway `apply` would write, as YAML"
+    )
+    generate.add_argument(
+        "--namespace", "-n", default="default", help="namespace (default default)"
+    )
+    generate.add_argument(
+        "--name", default=DEFAULT_NAME, help=f"Gateway name (default {DEFAULT_NAME})"
+    )
+    generate.add_argument(
+        "--for",
+        dest="waypoint_for",
+        choices=c.WAYPOINT_FOR_VALUES,
+        help=f"traffic the waypoint serves ({c.LABEL_WAYPOINT_FOR})",
+    )
+    _kube_flags(generate)
+    generate.set_defaults(func=_cmd_generate)
