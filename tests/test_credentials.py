@@ -324,3 +324,27 @@ def test_the_operator_never_imports_the_kubernetes_package(tmp_path: Path) -> No
     # The last: glibc's malloc arenas were capped (runtime/memory.limit_arenas).
     assert done.stdout.split() == ["1", "False", "True", "True"], done.stderr
     assert f"ambient-operator run: cannot read kubeconfig {tmp_path / 'missing'}" in done.stderr
+
+
+def test_a_context_other_than_the_current_one_is_chosen_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "config"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "current-context": "a",
+                "clusters": [
+                    {"name": "ca", "cluster": {"server": "https://a.example:6443"}},
+                    {"name": "cb", "cluster": {"server": "https://b.example:6443"}},
+                ],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [
+                    {"name": "a", "context": {"cluster": "ca", "user": "u"}},
+                    {"name": "b", "context": {"cluster": "cb", "user": "u"}},
+                ],
+            }
+        )
+    )
+    assert load_credentials(str(path)).server == "https://a.example:6443"
+    assert load_credentials(str(path), context="b").server == "https://b.example:6443"
+    with pytest.raises(CredentialsError, match=r"no context 'c'"):
+        load_credentials(str(path), context="c")

@@ -11,6 +11,7 @@ what a deleted Gateway owns goes by the garbage collector, the rest stays.
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from ambient_devcluster import LocalCluster
-from conftest import unique_name, wait_for
+from conftest import BIN_DIR, unique_name, wait_for
 
 NS, OTHER_NS = unique_name("wp-cli"), unique_name("wp-cli-b")
 GROUP, VERSION = "gateway.networking.k8s.io", "v1"
@@ -150,6 +152,46 @@ def test_list_all_namespaces_adds_the_namespace(
             [OTHER_NS, "gamma", "default", "none", "Unknown", "ambient-operator", "-"],
         ]
     )
+
+
+def test_kubectl_ambient_is_the_same_command_with_kubectls_flags(
+    cluster: LocalCluster, waypoints: dict[str, str], tmp_path: Path
+) -> None:
+    """The real kubectl finds the plugin on PATH and passes -n, --kubeconfig, --context."""
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    (local,) = config["contexts"]
+    # Two contexts: the current one dials nothing; --context picks the cluster's.
+    config["clusters"].append({"name": "nowhere", "cluster": {"server": "https://127.0.0.1:1"}})
+    config["contexts"].append(
+        {"name": "nowhere", "context": {"cluster": "nowhere", "user": local["context"]["user"]}}
+    )
+    config["current-context"] = "nowhere"
+    two = tmp_path / "two-contexts.yaml"
+    two.write_text(yaml.safe_dump(config))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    kubectl = [str(BIN_DIR / "kubectl"), "ambient", "waypoint", "list", "-n", NS]
+    done = subprocess.run(
+        [*kubectl, "--kubeconfig", str(two), "--context", local["name"]],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == cli(cluster, "list", "-n", NS).stdout
+    assert done.stdout.startswith("NAME      REVISION     TRAFFIC TYPE")
+    # Without --context, the current one: nothing answers there.
+    done = subprocess.run(
+        [*kubectl, "--kubeconfig", str(two)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "port=1" in done.stderr and "Connection refused" in done.stderr, done.stderr
 
 
 def test_status_wait_prints_each_change_and_gives_up_with_the_gateways_message(

@@ -242,10 +242,10 @@ def _add_webhook_flags(run: Any) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "ambient-operator") -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(
-        prog="ambient-operator",
+        prog=prog,
         description="Istio ambient data plane for clusters mixing Linux and Windows nodes.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -262,16 +262,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "ambient-operator") -> int:
     """Entry point of the console script."""
-    parser = build_parser()
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
     except CredentialsError as exc:
-        print(f"ambient-operator {args.command}: {exc}", file=sys.stderr)
+        print(f"{prog} {args.command}: {exc}", file=sys.stderr)
         return 1
+
+
+def kubectl_main() -> int:
+    """`kubectl ambient ...`: kubectl finds `kubectl-ambient` on PATH and hands it the
+    arguments after `ambient` unchanged, `--kubeconfig`, `--context` and `-n` among them."""
+    return main(prog="kubectl ambient")
 
 
 if __name__ == "__main__":

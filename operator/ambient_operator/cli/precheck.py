@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -29,10 +28,11 @@ from ambient_operator.apply.adopt import (
     TAKEABLE_KINDS,
     release_key,
 )
+from ambient_operator.cli.kubeargs import add_kube_flags, kube_for
 from ambient_operator.cluster.facts import NodeFacts
 from ambient_operator.cluster.helm_releases import ReleaseRecordError, read_releases
 from ambient_operator.kube.client import Kube, KubeError
-from ambient_operator.kube.credentials import CredentialsError, load_credentials
+from ambient_operator.kube.credentials import CredentialsError
 from ambient_operator.kube.resources import KINDS, Kind, ObjectKey
 from ambient_operator.render.waypoints.listeners import is_waypoint
 from ambient_operator.status import precheck as p
@@ -285,7 +285,7 @@ def as_json(findings: list[p.Finding]) -> str:
 
 def _cmd(args: argparse.Namespace) -> int:
     try:
-        kube = Kube(load_credentials(args.kubeconfig))
+        kube = kube_for(args)
         findings = p.judge(snapshot(kube))
     except (KubeError, CredentialsError, OSError) as exc:
         # No kubeconfig, a host that does not answer, credentials refused.
@@ -305,10 +305,6 @@ def add_parser(sub: Any) -> None:
         "accounts), Gateway API, conflicting installs and labels, and the webhook. Exits 1 "
         "when something blocks ambient, 3 when the cluster cannot be read.",
     )
-    parser.add_argument(
-        "--kubeconfig",
-        default=os.environ.get("KUBECONFIG"),
-        help="kubeconfig file (default: $KUBECONFIG, else in-cluster)",
-    )
+    add_kube_flags(parser)
     parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
     parser.set_defaults(func=_cmd)

@@ -9,7 +9,6 @@ its waypoints to Linux; istiod's Deployments carry no OS pin).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from typing import Any
@@ -21,8 +20,9 @@ from ambient_operator.api import constants as c
 from ambient_operator.api.conditions import GatewayCondition
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.apply.writer import apply_requested, delete_requested
+from ambient_operator.cli.kubeargs import add_kube_flags, kube_for
 from ambient_operator.kube.client import Kube, KubeError
-from ambient_operator.kube.credentials import CredentialsError, load_credentials
+from ambient_operator.kube.credentials import CredentialsError
 from ambient_operator.kube.resources import KINDS
 
 CLI_FIELD_MANAGER = "ambient-operator-cli"
@@ -78,7 +78,7 @@ def _programmed(gateway: dict[str, Any] | None) -> bool:
 
 
 def _cmd_apply(args: argparse.Namespace) -> int:
-    kube = Kube(load_credentials(args.kubeconfig), field_manager=CLI_FIELD_MANAGER)
+    kube = kube_for(args, CLI_FIELD_MANAGER)
     namespace, name = args.namespace, args.name
     try:
         if kube.get(NAMESPACE, namespace) is None:
@@ -178,7 +178,7 @@ def _gateways(kube: Kube, namespace: str | None) -> list[dict[str, Any]]:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    kube = Kube(load_credentials(args.kubeconfig))
+    kube = kube_for(args)
     namespace = None if args.all_namespaces else args.namespace
     try:
         gateways = _gateways(kube, namespace)
@@ -201,7 +201,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_delete(args: argparse.Namespace) -> int:
-    kube = Kube(load_credentials(args.kubeconfig), field_manager=CLI_FIELD_MANAGER)
+    kube = kube_for(args, CLI_FIELD_MANAGER)
     namespace = args.namespace
     if bool(args.names) == bool(args.all):
         print("error: name one or more waypoints, or give --all", file=sys.stderr)
@@ -269,7 +269,7 @@ def _waypoints_to_watch(kube: Kube, namespace: str, name: str | None) -> list[di
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    kube = Kube(load_credentials(args.kubeconfig))
+    kube = kube_for(args)
     namespace = args.namespace
     try:
         gateways = _waypoints_to_watch(kube, namespace, args.name)
@@ -322,20 +322,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _cmd_generate(args: argparse.Namespace) -> int:
     try:
-        klass = class_name(Kube(load_credentials(args.kubeconfig)))
+        klass = class_name(kube_for(args))
     except (CredentialsError, KubeError, OSError):  # no cluster: the default class
         klass = AmbientMeshSpec().waypoints.class_name
     gateway = waypoint_gateway(args.namespace, args.name, klass, args.waypoint_for)
     sys.stdout.write(yaml.safe_dump(gateway, sort_keys=False))
     return 0
-
-
-def _kube_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--kubeconfig",
-        default=os.environ.get("KUBECONFIG"),
-        help="kubeconfig file (default: $KUBECONFIG, else in-cluster)",
-    )
 
 
 def add_parser(sub: Any) -> None:
@@ -360,11 +352,7 @@ def add_parser(sub: Any) -> None:
         choices=c.WAYPOINT_FOR_VALUES,
         help=f"traffic the waypoint serves ({c.LABEL_WAYPOINT_FOR}; default service)",
     )
-    apply.add_argument(
-        "--kubeconfig",
-        default=os.environ.get("KUBECONFIG"),
-        help="kubeconfig file (default: $KUBECONFIG, else in-cluster)",
-    )
+    add_kube_flags(apply)
     apply.add_argument("--wait", action="store_true", help="wait until the Gateway is Programmed")
     apply.add_argument(
         "--timeout", type=float, default=120.0, help="seconds --wait waits (default 120)"
@@ -379,7 +367,7 @@ def add_parser(sub: Any) -> None:
     where.add_argument(
         "--all-namespaces", "-A", action="store_true", help="list waypoints in all namespaces"
     )
-    _kube_flags(listing)
+    add_kube_flags(listing)
     listing.set_defaults(func=_cmd_list)
 
     delete = actions.add_parser(
@@ -395,7 +383,7 @@ def add_parser(sub: Any) -> None:
         "a Gateway of another class is deleted only when named",
     )
     delete.add_argument("--namespace", "-n", default="default", help="namespace (default default)")
-    _kube_flags(delete)
+    add_kube_flags(delete)
     delete.set_defaults(func=_cmd_delete)
 
     status = actions.add_parser(
@@ -409,7 +397,7 @@ def add_parser(sub: Any) -> None:
     status.add_argument(
         "--timeout", type=float, default=60.0, help="seconds --wait waits (default 60)"
     )
-    _kube_flags(status)
+    add_kube_flags(status)
     status.set_defaults(func=_cmd_status)
 
     generate = actions.add_parser(
@@ -427,5 +415,5 @@ def add_parser(sub: Any) -> None:
         choices=c.WAYPOINT_FOR_VALUES,
         help=f"traffic the waypoint serves ({c.LABEL_WAYPOINT_FOR})",
     )
-    _kube_flags(generate)
+    add_kube_flags(generate)
     generate.set_defaults(func=_cmd_generate)

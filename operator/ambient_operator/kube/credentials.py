@@ -200,20 +200,22 @@ class Credentials:
 def load_credentials(
     kubeconfig: str | None = None,
     *,
+    context: str | None = None,
     environ: Mapping[str, str] | None = None,
     service_account_dir: Path = SERVICE_ACCOUNT_DIR,
 ) -> Credentials:
     """Credentials from `kubeconfig`, else the service account, else $KUBECONFIG or ~/.kube.
 
     The order is the one the operator always had: an explicit file wins, then
-    the pod's own identity, then what kubectl would use.
+    the pod's own identity, then what kubectl would use. `context` picks a
+    context of the kubeconfig other than its current one (kubectl's --context).
     """
     env = os.environ if environ is None else environ
     if kubeconfig:
         listed = [Path(p) for p in kubeconfig.split(os.pathsep) if p]
         # Like kubectl, a listed file that does not exist is skipped; when none
         # does, reading the first says what is wrong with it.
-        return from_kubeconfig([p for p in listed if p.exists()] or listed[:1])
+        return from_kubeconfig([p for p in listed if p.exists()] or listed[:1], context)
     host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
     if host and port and (service_account_dir / "token").exists():
         return in_cluster(host, port, service_account_dir)
@@ -226,7 +228,7 @@ def load_credentials(
             "no credentials: not in a pod with a service account, and no kubeconfig at "
             + ", ".join(str(p) for p in listed)
         )
-    return from_kubeconfig(present)
+    return from_kubeconfig(present, context)
 
 
 def in_cluster(host: str, port: str, directory: Path = SERVICE_ACCOUNT_DIR) -> Credentials:
@@ -241,8 +243,9 @@ def in_cluster(host: str, port: str, directory: Path = SERVICE_ACCOUNT_DIR) -> C
     )
 
 
-def from_kubeconfig(files: list[Path]) -> Credentials:
-    """The current context's cluster and user, merged over `files` as kubectl merges them."""
+def from_kubeconfig(files: list[Path], context_name: str | None = None) -> Credentials:
+    """The current context's (or `context_name`'s) cluster and user, merged over `files` as
+    kubectl merges them."""
     contexts: dict[str, tuple[dict[str, Any], Path]] = {}
     clusters: dict[str, tuple[dict[str, Any], Path]] = {}
     users: dict[str, tuple[dict[str, Any], Path]] = {}
@@ -259,6 +262,10 @@ def from_kubeconfig(files: list[Path]) -> Credentials:
                 if isinstance(entry, dict) and entry.get("name") not in table:
                     table[str(entry.get("name"))] = (entry.get(inner) or {}, path)
     where = ", ".join(str(p) for p in files)
+    if context_name:
+        if context_name not in contexts:
+            raise CredentialsError(f"{where}: no context {context_name!r}")
+        current = context_name
     if not current:
         raise CredentialsError(f"{where}: no current-context")
     if current not in contexts:
