@@ -98,8 +98,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """
     waiting: set[str] = set()
     for item in items:
-        if "cluster" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "cluster" in fixtures:
             item.add_marker(pytest.mark.cluster)
+        # Modules with a control plane of their own (pc_cluster, version_cluster...)
+        # wait as long, and start one more.
+        if any(name.endswith("cluster") for name in fixtures):
             waiting.add(item.nodeid.split("::")[0])
     items.sort(key=lambda item: item.nodeid.split("::")[0] not in waiting)
 
