@@ -330,6 +330,23 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _namespace_flag(parser: Any) -> None:
+    parser.add_argument("--namespace", "-n", default="default", help="namespace (default default)")
+
+
+def _gateway_flags(parser: argparse.ArgumentParser) -> None:
+    """--name and --for: what `apply` and `generate` put in the Gateway."""
+    parser.add_argument(
+        "--name", default=DEFAULT_NAME, help=f"Gateway name (default {DEFAULT_NAME})"
+    )
+    parser.add_argument(
+        "--for",
+        dest="waypoint_for",
+        choices=c.WAYPOINT_FOR_VALUES,
+        help=f"traffic the waypoint serves ({c.LABEL_WAYPOINT_FOR}; default service)",
+    )
+
+
 def add_parser(sub: Any) -> None:
     """Add `waypoint apply`, `list` and `delete` to the top-level subcommands."""
     waypoint = sub.add_parser("waypoint", help="manage waypoint Gateways of the operator's class")
@@ -338,19 +355,11 @@ def add_parser(sub: Any) -> None:
         "apply", help="create or update a waypoint Gateway (listener mesh, 15008, HBONE)"
     )
     apply.add_argument("--namespace", "-n", required=True, help="namespace of the waypoint")
-    apply.add_argument(
-        "--name", default=DEFAULT_NAME, help=f"Gateway name (default {DEFAULT_NAME})"
-    )
+    _gateway_flags(apply)
     apply.add_argument(
         "--enroll-namespace",
         action="store_true",
         help=f"also label the namespace {c.LABEL_DATAPLANE_MODE}=ambient",
-    )
-    apply.add_argument(
-        "--for",
-        dest="waypoint_for",
-        choices=c.WAYPOINT_FOR_VALUES,
-        help=f"traffic the waypoint serves ({c.LABEL_WAYPOINT_FOR}; default service)",
     )
     add_kube_flags(apply)
     apply.add_argument("--wait", action="store_true", help="wait until the Gateway is Programmed")
@@ -363,7 +372,7 @@ def add_parser(sub: Any) -> None:
         "list", help="list the waypoints of the operator's class and of istiod's (istio-waypoint)"
     )
     where = listing.add_mutually_exclusive_group()
-    where.add_argument("--namespace", "-n", default="default", help="namespace (default default)")
+    _namespace_flag(where)
     where.add_argument(
         "--all-namespaces", "-A", action="store_true", help="list waypoints in all namespaces"
     )
@@ -382,7 +391,7 @@ def add_parser(sub: Any) -> None:
         help="every Gateway of the operator's class and of istio-waypoint in the namespace; "
         "a Gateway of another class is deleted only when named",
     )
-    delete.add_argument("--namespace", "-n", default="default", help="namespace (default default)")
+    _namespace_flag(delete)
     add_kube_flags(delete)
     delete.set_defaults(func=_cmd_delete)
 
@@ -392,7 +401,7 @@ def add_parser(sub: Any) -> None:
         "with --wait, a line per change until all are Programmed",
     )
     status.add_argument("name", nargs="?", metavar="NAME", help="one waypoint (default: all)")
-    status.add_argument("--namespace", "-n", default="default", help="namespace (default default)")
+    _namespace_flag(status)
     status.add_argument("--wait", action="store_true", help="wait until Programmed")
     status.add_argument(
         "--timeout", type=float, default=60.0, help="seconds --wait waits (default 60)"
@@ -403,17 +412,7 @@ def add_parser(sub: Any) -> None:
     generate = actions.add_parser(
         "generate", help="print the waypoint Gateway `apply` would write, as YAML"
     )
-    generate.add_argument(
-        "--namespace", "-n", default="default", help="namespace (default default)"
-    )
-    generate.add_argument(
-        "--name", default=DEFAULT_NAME, help=f"Gateway name (default {DEFAULT_NAME})"
-    )
-    generate.add_argument(
-        "--for",
-        dest="waypoint_for",
-        choices=c.WAYPOINT_FOR_VALUES,
-        help=f"traffic the waypoint serves ({c.LABEL_WAYPOINT_FOR})",
-    )
+    _namespace_flag(generate)
+    _gateway_flags(generate)
     add_kube_flags(generate)
     generate.set_defaults(func=_cmd_generate)
