@@ -14,11 +14,17 @@ import pytest
 
 from ambient_operator.apply.adopt import (
     ADOPTED_FROM,
-    AS_IS,
     Takeover,
     as_adopted,
     helm_managers,
     plan_takeover,
+)
+from ambient_operator.apply.held import (
+    AS_IS,
+    INPUTS,
+    Hold,
+    apply_hold,
+    held,
     template_differences,
     template_digest,
 )
@@ -198,25 +204,44 @@ def test_an_object_claiming_a_release_outside_its_record_refuses_the_take_over()
     assert plan.taken == {}
 
 
-def test_a_daemonset_taken_keeps_its_template_until_the_render_changes() -> None:
+def _written(
+    rendered: dict[str, Any], live: dict[str, Any], taking: str | None, inputs: str
+) -> Any:
+    """What the data-plane pass writes over `live`: apply/adopt.py's form, then the hold rule."""
+    out = dict(as_adopted(rendered, live, taking))
+    hold = Hold(inputs, "0.2.0")
+    return apply_hold(out, live, hold, held(out, live, hold, taking=taking is not None))
+
+
+def test_a_daemonset_taken_keeps_its_template_until_the_user_changes_something() -> None:
     live = helm_ds()
-    first = as_adopted(rendered_ds(), live, "ztunnel")
+    first = _written(rendered_ds(), live, "ztunnel", "inputs-1")
     assert first["spec"]["selector"] == {"matchLabels": {"app": "ztunnel"}}
     assert first["spec"]["template"] == {
         "metadata": {"labels": {"app": "ztunnel", "sidecar.istio.io/inject": "false"}},
         "spec": {"containers": [{"name": "istio-proxy", "image": "istio/ztunnel:1.31.0"}]},
     }
-    digest = first["metadata"]["annotations"][AS_IS]
-    assert digest == template_digest(rendered_ds())
+    # Held at the render as it will roll: with Helm's selector labels added.
+    rolled_form = {
+        "metadata": {"labels": {"app.kubernetes.io/name": "ztunnel", "app": "ztunnel"}},
+        "spec": {
+            "containers": [{"name": "istio-proxy", "image": "gcr.io/istio-release/ztunnel:1.31.0"}]
+        },
+    }
+    assert first["metadata"]["annotations"][AS_IS] == template_digest(
+        {"spec": {"template": rolled_form}}
+    )
     assert first["metadata"]["annotations"][ADOPTED_FROM] == "ztunnel"
+    assert first["metadata"]["annotations"][INPUTS] == "inputs-1"
     # A later pass: the object is ours and says what the render was.
     ours = {
         **helm_ds(),
         "metadata": {**helm_meta("ztunnel"), "annotations": dict(first["metadata"]["annotations"])},
     }
-    assert as_adopted(rendered_ds(), ours, None)["spec"]["template"] == first["spec"]["template"]
+    again = _written(rendered_ds(), ours, None, "inputs-1")
+    assert again["spec"]["template"] == first["spec"]["template"]
     # The user changes something: the render is rolled, under Helm's selector.
-    rolled = as_adopted(rendered_ds("example.com/ztunnel:1.31.1"), ours, None)
+    rolled = _written(rendered_ds("example.com/ztunnel:1.31.1"), ours, None, "inputs-2")
     assert AS_IS not in rolled["metadata"]["annotations"]
     assert rolled["metadata"]["annotations"][ADOPTED_FROM] == "ztunnel"
     assert rolled["spec"]["selector"] == {"matchLabels": {"app": "ztunnel"}}

@@ -62,6 +62,7 @@ class MeshReason(StrEnum):
     RENDER_FAILED = "RenderFailed"
     APPLY_FAILED = "ApplyFailed"
     ADOPTED_AS_IS = "AdoptedAsIs"
+    TEMPLATES_HELD = "TemplatesHeld"
     ADOPTION_REFUSED = "AdoptionRefused"
     # Ready
     AGENTS_READY = "AgentsReady"
@@ -387,6 +388,19 @@ MESH_CONDITIONS = Table(
             "owner=helm,name=ztunnel`, and the same for `istio-cni`. Change the AmbientMesh "
             "when you are ready for the "
             "restart ([migration.md](migration.md)).",
+            when(MeshCondition.RECONCILED, "True"),
+        ),
+        Row(
+            MeshReason.TEMPLATES_HELD,
+            "Agent DaemonSets run a pod template that another operator version wrote (the "
+            "operator was upgraded, and its render of the same spec differs), so the new "
+            "template waits instead of restarting every agent at once. `status.held` lists each "
+            "DaemonSet, its platform, its pods and the fields that differ. Objects without pods "
+            "(ConfigMaps, RBAC) were written at once.",
+            "Nothing is wrong. Approve when the restart suits you: `kubectl annotate ambientmesh "
+            "default ambientoperator.io/approve-templates=<status.held.approval> --overwrite`; "
+            "Linux rolls first, then each Windows build, each Ready before the next. Any change "
+            "of the spec that changes the agents rolls them too ([upgrades.md](upgrades.md)).",
             when(MeshCondition.RECONCILED, "True"),
         ),
         Row(

@@ -123,3 +123,5 @@ PROTOCOL_HBONE: Final = "HBONE"
 # Which controller's prune set an object belongs to: the data plane owned by
 # the AmbientMesh, or one waypoint owned by its Gateway.
 LABEL_CONTROLLER = "ambientoperator.io/controller"
+# On each object taken over from a Helm release: the release (apply/adopt.py).
+ADOPTED_FROM: Final = "ambientoperator.io/adopted-from"

@@ -1153,7 +1153,8 @@ class VersionStatus(ApiModel):
 
 
 class AsIsDaemonSet(ApiModel):
-    """A DaemonSet taken over from Helm that still runs Helm's pod template."""
+    """A DaemonSet that keeps the pod template it runs: taken over from Helm, or written by
+    another operator version."""
 
     name: str
     platform: str = Field(description="linux, or the Windows build")
@@ -1166,6 +1167,32 @@ class AsIsDaemonSet(ApiModel):
             description="Fields of the pod template where what runs differs from what the "
             "operator renders: the next change of this AmbientMesh applies them. At most 32.",
         )
+    )
+    reason: Literal["OperatorUpgrade", "TakenOver"] | None = Field(
+        default=None,
+        description="In status.held: OperatorUpgrade (another operator version wrote the "
+        "template that runs) or TakenOver (Helm's, from spec.adopt).",
+    )
+    approved: bool = Field(
+        default=False,
+        description="In status.held: the user approved it; it rolls when the platforms before "
+        "it in the rollout order are Ready.",
+    )
+
+
+class HeldTemplates(ApiModel):
+    """DaemonSets whose pods keep the template they run until a change or an approval."""
+
+    approval: str = Field(
+        description="The value of the AmbientMesh annotation ambientoperator.io/approve-templates "
+        "that approves exactly what is listed: those DaemonSets then roll, Linux first, then "
+        "each Windows build, each Ready before the next."
+    )
+    daemon_sets: Annotated[list[AsIsDaemonSet], Field(max_length=32)] = []
+    stale_approval: str | None = Field(
+        default=None,
+        description="The annotation's value, when it approves something other than what is "
+        "held now (what is held changed since): nothing is approved by it.",
     )
 
 
@@ -1206,6 +1233,12 @@ class AmbientMeshStatus(ApiModel):
     )
     adoption: AdoptionStatus | None = Field(
         default=None, description="Set while spec.adopt names Helm releases"
+    )
+    held: HeldTemplates | None = Field(
+        default=None,
+        description="Set while agent DaemonSets keep the pod template they run instead of the "
+        "render (after an operator upgrade, or a take-over): nothing restarts until the "
+        "AmbientMesh changes or the user approves (docs/upgrades.md).",
     )
 
 

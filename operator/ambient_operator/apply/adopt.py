@@ -11,10 +11,10 @@ functions decide.
   object carrying the metadata of a named release that is not in its record
   is somebody's hand-made addition. Any refusal takes nothing.
 - :func:`as_adopted` turns a rendered object into what is written over one
-  taken from Helm. A DaemonSet keeps the pod template it runs, so no agent
-  restarts, until the operator's render of that template changes (the user
-  asked for something): then the render is rolled. Its selector stays what
-  Helm made, because a DaemonSet's selector cannot change.
+  taken from Helm when it rolls. Its selector stays what Helm made, because
+  a DaemonSet's selector cannot change. Until the user asks for a change or
+  approves it, a DaemonSet keeps the pod template it runs, so no agent
+  restarts: apply/held.py's rule, the same as for an operator upgrade.
 - :func:`absorbs` names the field manager entries the take-over makes ours,
   so that a later apply can drop what Helm set and we do not.
 """
@@ -25,8 +25,9 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ambient_operator.api import constants as c
 from ambient_operator.apply.ownership import conflict, describe
-from ambient_operator.apply.plan import Owner, desired_hash
+from ambient_operator.apply.plan import Owner
 from ambient_operator.cluster.helm_releases import HelmRelease, ReleaseObject
 from ambient_operator.kube.resources import ObjectKey, key_of
 
@@ -36,11 +37,7 @@ HELM_MANAGED_BY = "Helm"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 # Kept on each object taken over: which release it came from, for status and
 # for the way back (docs/migration.md).
-ADOPTED_FROM = "ambientoperator.io/adopted-from"
-# On a DaemonSet taken over that still runs Helm's pod template: the digest
-# of the operator's render of that template at the take-over. While the
-# render is the same, the running template is kept.
-AS_IS = "ambientoperator.io/as-is-template"
+ADOPTED_FROM = c.ADOPTED_FROM
 # Istio's charts whose releases can be taken over (Chart.yaml names).
 CHARTS = frozenset({"ztunnel", "cni"})
 # RBAC kinds: the istio-cni chart splits its permissions over roles the
@@ -49,7 +46,6 @@ CHARTS = frozenset({"ztunnel", "cni"})
 # same account what it already has.
 RBAC_GROUP = "rbac.authorization.k8s.io/v1"
 RBAC_KINDS = frozenset({"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"})
-DIFFERENCES_SHOWN = 32
 # The kinds the operator renders in the agents' namespace: the only ones a
 # take-over can take, so the only ones looked at for objects that claim a
 # release without being in its record.
@@ -189,27 +185,21 @@ def plan_takeover(
     return Takeover(names, taken, tuple(sorted(left)), ())
 
 
-def template_digest(obj: Mapping[str, Any]) -> str:
-    """The digest of a DaemonSet's pod template, as the operator renders it."""
-    return desired_hash((obj.get("spec") or {}).get("template") or {})
-
-
 def as_adopted(
     rendered: Mapping[str, Any], live: Mapping[str, Any] | None, release: str | None
 ) -> Mapping[str, Any]:
-    """What to write over `live`: `rendered`, with what a take-over keeps of it.
+    """What to write over `live` when it rolls: `rendered`, with what a take-over keeps of it.
 
     `release` is set when `live` is being taken from that release in this
     pass. An object taken before keeps its ADOPTED_FROM annotation. A
-    DaemonSet keeps its live selector (immutable), and its live pod template
-    while it is being taken or its AS_IS digest is the render's; once the
-    render differs, the render is written with the selector's labels added
-    to its pod template, so the kept selector still selects its pods.
+    DaemonSet keeps its live selector (immutable), and gets the selector's
+    labels added to its pod template, so the kept selector still selects
+    its pods. Whether its running template is kept instead is apply/held.py's
+    rule, the same as for an operator upgrade.
     """
     if live is None:
         return rendered
-    live_meta = live.get("metadata") or {}
-    live_annotations = live_meta.get("annotations") or {}
+    live_annotations = (live.get("metadata") or {}).get("annotations") or {}
     origin = release or live_annotations.get(ADOPTED_FROM)
     if not origin:
         return rendered
@@ -220,15 +210,9 @@ def as_adopted(
     if rendered.get("kind") != "DaemonSet":
         return out
     spec = out["spec"] = dict(out.get("spec") or {})
-    live_spec = live.get("spec") or {}
-    selector = live_spec.get("selector")
+    selector = (live.get("spec") or {}).get("selector")
     if selector is not None:
         spec["selector"] = selector
-    digest = template_digest(rendered)
-    if release is not None or live_annotations.get(AS_IS) == digest:
-        annotations[AS_IS] = digest
-        spec["template"] = _without_nulls(live_spec.get("template") or {})
-        return out
     spec["template"] = next_template(rendered, live)
     return out
 
@@ -247,61 +231,6 @@ def next_template(rendered: Mapping[str, Any], live: Mapping[str, Any]) -> dict[
         **(selector.get("matchLabels") or {}),
     }
     return template
-
-
-def _without_nulls(node: Any) -> Any:
-    """`node` without null values (a template's `creationTimestamp: null`), which apply would read
-    as fields to remove."""
-    if isinstance(node, Mapping):
-        return {k: _without_nulls(v) for k, v in node.items() if v is not None}
-    if isinstance(node, list):
-        return [_without_nulls(item) for item in node]
-    return node
-
-
-def is_as_is(live: Mapping[str, Any]) -> bool:
-    """Whether a DaemonSet taken over still runs the template Helm made."""
-    return AS_IS in ((live.get("metadata") or {}).get("annotations") or {})
-
-
-def template_differences(
-    running: Any, rendered: Any, path: str = "", *, whole: bool = False
-) -> list[str]:
-    """Field paths of a pod template where what runs differs from the render, sorted.
-
-    Lists of named items (containers, env, volumes, ports) are compared by
-    name, so one changed variable is one path, not the whole list. A field
-    set only in what runs counts when it is a label, an annotation or a
-    named item (`whole`): the API server's defaults (an image pull policy, a
-    fieldRef's apiVersion, a termination message path) are never those, and
-    the next apply leaves them as they are.
-    """
-    if rendered is None:
-        return [path] if whole and running not in (None, {}, []) else []
-    if isinstance(running, Mapping) and isinstance(rendered, Mapping):
-        keyed = path.endswith(("labels", "annotations"))
-        out: list[str] = []
-        for name in sorted(set(running) | set(rendered)):
-            sub = f"{path}.{name}" if path else str(name)
-            out += template_differences(running.get(name), rendered.get(name), sub, whole=keyed)
-        return out
-    if isinstance(running, list) and isinstance(rendered, list):
-        named = _by_name(running), _by_name(rendered)
-        if named[0] is not None and named[1] is not None:
-            out = []
-            for name in sorted(set(named[0]) | set(named[1])):
-                sub = f"{path}[{name}]"
-                out += template_differences(named[0].get(name), named[1].get(name), sub, whole=True)
-            return out
-    if running in (None, {}, []) and rendered in (None, {}, []):
-        return []
-    return [] if running == rendered else [path]
-
-
-def _by_name(items: list[Any]) -> dict[str, Any] | None:
-    if not all(isinstance(item, Mapping) and isinstance(item.get("name"), str) for item in items):
-        return None
-    return {item["name"]: item for item in items}
 
 
 def absorbs(entry: Mapping[str, Any], helm_managers: Collection[str]) -> bool:

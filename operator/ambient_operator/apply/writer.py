@@ -34,7 +34,8 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from ambient_operator.api import constants as c
-from ambient_operator.apply.adopt import ADOPTED_FROM, AS_IS, Takeover, absorbs, helm_managers
+from ambient_operator.apply.adopt import ADOPTED_FROM, Takeover, absorbs, helm_managers
+from ambient_operator.apply.held import APPROVED, AS_IS, INPUTS, TEMPLATE_BY
 from ambient_operator.apply.ownership import conflict, describe, may_prune
 from ambient_operator.apply.placement import placement_problem
 from ambient_operator.apply.plan import HASH_ANNOTATION, Owner
@@ -363,7 +364,7 @@ def remove_taint(
 # Our labels and annotations, which orphaning removes: without them nothing
 # selects the object as ours, and Helm's --take-ownership finds it bare.
 _OURS_LABELS = (c.LABEL_MANAGED_BY, c.LABEL_CONTROLLER)
-_OURS_ANNOTATIONS = (HASH_ANNOTATION, ADOPTED_FROM, AS_IS)
+_OURS_ANNOTATIONS = (HASH_ANNOTATION, ADOPTED_FROM, AS_IS, TEMPLATE_BY, INPUTS, APPROVED)
 
 
 def orphan(kube: Kube, live: Mapping[str, Any], owner: Owner) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
@@ -43,8 +44,19 @@ from ambient_operator.api.v1alpha1 import (
     AmbientMeshStatus,
     ComponentStatus,
     Enrollment,
+    HeldTemplates,
 )
 from ambient_operator.apply.adopt import Takeover, as_adopted
+from ambient_operator.apply.held import (
+    APPROVE,
+    Held,
+    Hold,
+    apply_hold,
+    approval,
+    held,
+    inputs_digest,
+    operator_version,
+)
 from ambient_operator.apply.ownership import describe
 from ambient_operator.apply.plan import Owner, PassMemo, plan
 from ambient_operator.apply.writer import NameConflictError, prune, set_finalizer, write
@@ -66,6 +78,7 @@ from ambient_operator.kube.resources import ObjectKey, key_of
 from ambient_operator.render import RenderResult, render_dataplane
 from ambient_operator.render.dataplane import deletes_pods
 from ambient_operator.render.model import PLATFORM_LINUX
+from ambient_operator.render.rollout import release_held
 from ambient_operator.render.values import NETWORK_ATTACHMENT_NAMESPACE, ZTUNNEL
 from ambient_operator.status.adoption import adoption_status, as_is_message
 from ambient_operator.status.components import (
@@ -78,6 +91,7 @@ from ambient_operator.status.components import (
     ready_verdict,
     transitions,
 )
+from ambient_operator.status.held import held_message, held_status
 from ambient_operator.status.platform import platform_status
 from ambient_operator.status.schema import status_for
 from ambient_operator.status.versions import rollout_message, version_status
@@ -121,6 +135,9 @@ class DataplaneController(DataplaneMoves):
     def node_readiness(self) -> NodeReadinessGate:
         """The opt-in removal of nodes' readiness taints (controllers/node_readiness.py)."""
         return NodeReadinessGate(self.state, self.kube)
+
+    # The version TEMPLATE_BY records (apply/held.py).
+    version = operator_version()
 
     @functools.cached_property
     def memo(self) -> PassMemo:
@@ -225,10 +242,12 @@ class DataplaneController(DataplaneMoves):
             return
 
         takeover = await self._takeover(spec, owner, result)
-        outcome = await self._apply(owner, spec.namespace, moving_from, result, takeover)
+        objects, held = self._to_write(mesh, spec, owner, result, takeover)
+        outcome = await self._apply(owner, spec.namespace, moving_from, result, objects, takeover)
         outcome.rollout = rollout_message(result.rollout, chosen)
         adoption = adoption_status(takeover, self.ours(owner), result.objects)
         outcome.as_is = as_is_message(adoption, spec.namespace)
+        outcome.held = held_message(held, [p.platform for p in result.rollout.platforms])
         reconciled = outcome.verdict(len(result.objects))
         if reconciled.status != "True":
             metrics.RECONCILE_ERRORS.labels(controller=CONTROLLER, reason=reconciled.reason).inc()
@@ -251,6 +270,7 @@ class DataplaneController(DataplaneMoves):
             versions=version_status(spec, result.rollout, self.istiod(spec), chosen),
             platform=platform,
             adoption=adoption,
+            held=held,
         )
         self._export_metrics(result, status.enrollment)
         await self._write_status(mesh, previous, status)
@@ -310,12 +330,54 @@ class DataplaneController(DataplaneMoves):
         with contextlib.suppress(KubeError):  # 409/404: the next event tells again
             await asyncio.to_thread(set_finalizer, self.kube, mesh, ORPHAN_FINALIZER, False)
 
+    def _to_write(
+        self,
+        mesh: Mapping[str, Any],
+        spec: AmbientMeshSpec,
+        owner: Owner,
+        result: RenderResult,
+        takeover: Takeover | None,
+    ) -> tuple[list[dict[str, Any]], HeldTemplates | None]:
+        """The objects to write this pass, with held pod templates kept (apply/held.py).
+
+        Every DaemonSet whose running template another operator version or
+        Helm wrote keeps it until the user changes the spec or approves; an
+        approval rolls the held platforms in the rollout order.
+        """
+        ours = self.ours(owner)
+        hold = Hold(inputs_digest(spec), self.version)
+        forms: list[tuple[dict[str, Any], Mapping[str, Any] | None, Held | None]] = []
+        for obj in result.objects:
+            key = key_of(obj)
+            taken = takeover.taken.get(key) if takeover is not None else None
+            live = ours.get(key) or (taken[1] if taken is not None else None)
+            out = dict(as_adopted(obj, live, taken[0] if taken is not None else None))
+            forms.append((out, live, held(out, live, hold, taking=taken is not None)))
+        states = [state for _, _, state in forms if state is not None]
+        token = approval(states)
+        asked = ((mesh.get("metadata") or {}).get("annotations") or {}).get(APPROVE)
+        if states and asked == token:
+            states = [dataclasses.replace(s, approved=True) for s in states]
+            forms = [
+                (out, live, None if s is None else dataclasses.replace(s, approved=True))
+                for out, live, s in forms
+            ]
+        flags: dict[str, list[bool]] = {}
+        for state in states:
+            flags.setdefault(state.platform, []).append(state.approved)
+        hold = dataclasses.replace(hold, release=release_held(result.rollout, flags))
+        objects = [apply_hold(out, live, hold, state) for out, live, state in forms]
+        still = [s for s in states if not (s.approved and s.platform in hold.release)]
+        by_name = {str(live["metadata"]["name"]): live for _, live, s in forms if s and live}
+        return objects, held_status(still, by_name, approval(still), asked)
+
     async def _apply(
         self,
         owner: Owner,
         target: str,
         moving_from: Sequence[str],
         result: RenderResult,
+        objects: Sequence[dict[str, Any]],
         takeover: Takeover | None = None,
     ) -> ApplyOutcome:
         outcome = ApplyOutcome()
@@ -323,9 +385,6 @@ class DataplaneController(DataplaneMoves):
             outcome.refused = takeover.refused
             return outcome  # consent that cannot be honoured whole writes nothing
         ours = self.ours(owner)
-        objects: Sequence[dict[str, Any]] = result.objects
-        if takeover is not None:
-            objects = [self._as_adopted(obj, ours, takeover) for obj in objects]
         # In the loop, not a thread: what the last pass prepared costs a
         # comparison, and a hop to a thread and back cost more than that.
         prepared = self.memo.prepare(objects, owner, CONTROLLER)
@@ -398,15 +457,6 @@ class DataplaneController(DataplaneMoves):
             log.info("pruned %s", what)
         return outcome
 
-    @staticmethod
-    def _as_adopted(
-        obj: dict[str, Any], ours: Mapping[ObjectKey, dict[str, Any]], takeover: Takeover
-    ) -> dict[str, Any]:
-        key = key_of(obj)
-        held = takeover.taken.get(key)
-        live = ours.get(key) or (held[1] if held is not None else None)
-        return dict(as_adopted(obj, live, held[0] if held is not None else None))
-
     def report_workaround_misses(self, count: int) -> None:
         """The webhook's count of Windows pods admitted without the workaround, for status."""
         self.workaround_misses = count
@@ -468,6 +518,7 @@ class DataplaneController(DataplaneMoves):
             versions=keep.versions,
             platform=keep.platform,
             adoption=keep.adoption,
+            held=keep.held,
         )
         # Nothing was changed: the DaemonSets are as ready as they were.
         status = status.model_copy(update={"ready_components": keep.ready_components})

@@ -72,3 +72,22 @@ def decide(
             for p in out
         ]
     return OrderedRollout(tuple(out))
+
+
+def release_held(rollout: OrderedRollout, approved: Mapping[str, Sequence[bool]]) -> frozenset[str]:
+    """The platforms whose held pod templates roll this pass (apply/held.py).
+
+    `approved` gives, per platform with held DaemonSets, whether the user
+    approved each. In rollout order, the first platform with held templates
+    rolls when all of them are approved and every platform before it is
+    current (nothing held, its images rolled and Ready); the others wait, as
+    a version change's do. So an approval replaces Linux's agents first, and
+    a Windows build's only once Linux runs the new template everywhere.
+    """
+    for platform in rollout.platforms:
+        flags = approved.get(platform.platform)
+        if flags:
+            return frozenset({platform.platform}) if all(flags) else frozenset()
+        if platform.state != "current":
+            return frozenset()
+    return frozenset()

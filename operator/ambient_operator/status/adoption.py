@@ -7,14 +7,8 @@ from typing import Any
 
 from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AdoptionStatus, AsIsDaemonSet
-from ambient_operator.apply.adopt import (
-    ADOPTED_FROM,
-    DIFFERENCES_SHOWN,
-    Takeover,
-    is_as_is,
-    next_template,
-    template_differences,
-)
+from ambient_operator.apply.adopt import ADOPTED_FROM, Takeover, next_template
+from ambient_operator.apply.held import DIFFERENCES_SHOWN, is_held, template_differences
 from ambient_operator.apply.ownership import describe
 from ambient_operator.kube.resources import ObjectKey, key_of
 
@@ -41,7 +35,7 @@ def adoption_status(
     as_is = []
     for obj in rendered:
         live = ours.get(key_of(obj))
-        if obj.get("kind") != "DaemonSet" or live is None or not is_as_is(live):
+        if obj.get("kind") != "DaemonSet" or live is None or not is_held(live):
             continue
         as_is.append(pending_roll(obj, live))
     return AdoptionStatus(

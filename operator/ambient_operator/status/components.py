@@ -27,6 +27,7 @@ from ambient_operator.api.v1alpha1 import (
     ComponentStatus,
     Condition,
     Enrollment,
+    HeldTemplates,
     NodeInventory,
     NodeReadinessStatus,
     PlatformStatus,
@@ -196,6 +197,7 @@ def build_status(
     versions: VersionStatus | None = None,
     platform: PlatformStatus | None = None,
     adoption: AdoptionStatus | None = None,
+    held: HeldTemplates | None = None,
 ) -> AmbientMeshStatus:
     """The whole status object."""
     prev_conditions = previous.conditions if previous else []
@@ -211,6 +213,7 @@ def build_status(
         versions=versions,
         platform=platform,
         adoption=adoption,
+        held=held,
     )
 
 
@@ -341,6 +344,8 @@ class ApplyOutcome:
     refused: Sequence[str] = ()
     # DaemonSets taken over that run Helm's template (status/adoption.py, as_is_message).
     as_is: str | None = None
+    # DaemonSets that keep the template they run (status/held.py, held_message).
+    held: str | None = None
 
     def failed(self, what: str, cause: str) -> None:
         """Record a write or prune of `what` that the API server refused with `cause`."""
@@ -378,9 +383,13 @@ class ApplyOutcome:
             message += f"; {self.waiting}"
         if self.rollout:
             message += f"; {self.rollout}"
+        if self.held:
+            message += f"; {self.held}"
         if self.as_is:
             message += f"; {self.as_is}"
             return Verdict(MeshCondition.RECONCILED, "True", MeshReason.ADOPTED_AS_IS, message)
+        if self.held:
+            return Verdict(MeshCondition.RECONCILED, "True", MeshReason.TEMPLATES_HELD, message)
         return Verdict(MeshCondition.RECONCILED, "True", MeshReason.RECONCILED, message)
 
 

@@ -1,0 +1,211 @@
+"""Held pod templates (apply/held.py) and the order an approval rolls them in (issue 32).
+
+Literal cases: which DaemonSet is held and what is written for it, when an
+approval rolls which platform, and what Reconciled says.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ambient_operator.api.v1alpha1 import AsIsDaemonSet, HeldTemplates
+from ambient_operator.apply.held import (
+    APPROVED,
+    AS_IS,
+    INPUTS,
+    OPERATOR_UPGRADE,
+    TEMPLATE_BY,
+    Held,
+    Hold,
+    apply_hold,
+    approval,
+    held,
+)
+from ambient_operator.render.model import OrderedRollout, PlatformRollout
+from ambient_operator.render.rollout import release_held
+from ambient_operator.status.held import held_message
+
+NS = "istio-system"
+WS2022 = "10.0.20348"
+WS2025 = "10.0.26100"
+HOLD = Hold("inputs-1", "0.2.0")
+
+
+def ds(env: str, annotations: dict[str, str] | None = None, platform: str = "linux") -> Any:
+    """A ztunnel DaemonSet whose one container has variable `env`."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {
+            "name": "ztunnel" if platform == "linux" else f"ztunnel-{platform}",
+            "namespace": NS,
+            "labels": {"ambientoperator.io/platform": platform},
+            "annotations": dict(annotations or {}),
+        },
+        "spec": {
+            "selector": {"matchLabels": {"app": "ztunnel"}},
+            "template": {
+                "metadata": {"labels": {"app": "ztunnel"}},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "istio-proxy",
+                            "image": "istio/ztunnel:1.31.0",
+                            "env": [{"name": env, "value": "1"}],
+                        }
+                    ]
+                },
+            },
+        },
+        "status": {"currentNumberScheduled": 3},
+    }
+
+
+OLD = ds("OLD_VAR")
+NEW = ds("NEW_VAR")
+RUNNING_TEMPLATE = OLD["spec"]["template"]
+
+
+def test_a_template_another_version_wrote_is_held_with_the_same_inputs() -> None:
+    live = ds("OLD_VAR", {TEMPLATE_BY: "0.1.0", INPUTS: "inputs-1"})
+    state = held(NEW, live, HOLD)
+    assert state is not None
+    assert (state.name, state.platform, state.reason, state.approved) == (
+        "ztunnel",
+        "linux",
+        OPERATOR_UPGRADE,
+        False,
+    )
+    assert state.differences == (
+        "spec.containers[istio-proxy].env[NEW_VAR]",
+        "spec.containers[istio-proxy].env[OLD_VAR]",
+    )
+    out = apply_hold(NEW, live, HOLD, state)
+    assert out["spec"]["template"] == RUNNING_TEMPLATE
+    assert out["metadata"]["annotations"] == {
+        AS_IS: state.digest,
+        TEMPLATE_BY: "0.1.0",
+        INPUTS: "inputs-1",
+    }
+
+
+def test_a_daemonset_from_before_the_rule_is_held() -> None:
+    # No TEMPLATE_BY, no INPUTS: an operator older than this rule wrote it.
+    state = held(NEW, ds("OLD_VAR"), HOLD)
+    assert state is not None
+    assert apply_hold(NEW, ds("OLD_VAR"), HOLD, state)["spec"]["template"] == RUNNING_TEMPLATE
+
+
+def test_the_same_version_writes_its_render_at_once() -> None:
+    # A hand edit, or a change of the facts, under this version: undone at once.
+    live = ds("OLD_VAR", {TEMPLATE_BY: "0.2.0", INPUTS: "inputs-1"})
+    assert held(NEW, live, HOLD) is None
+    out = apply_hold(NEW, live, HOLD, None)
+    assert out["spec"]["template"] == NEW["spec"]["template"]
+    assert out["metadata"]["annotations"] == {TEMPLATE_BY: "0.2.0", INPUTS: "inputs-1"}
+
+
+def test_a_change_the_user_asked_for_rolls_what_was_held() -> None:
+    first = held(NEW, ds("OLD_VAR", {TEMPLATE_BY: "0.1.0", INPUTS: "inputs-1"}), HOLD)
+    assert first is not None
+    live = ds("OLD_VAR", {AS_IS: first.digest, TEMPLATE_BY: "0.1.0", INPUTS: "inputs-1"})
+    # Same render, same inputs: still held.
+    assert held(NEW, live, HOLD) == first
+    # A spec change that leaves the render alone (spec.deletionPolicy): still held.
+    assert held(NEW, live, Hold("inputs-2", "0.2.0")) == first
+    # The render changed and so did the inputs: the user asked; it rolls.
+    newer = ds("NEWER_VAR")
+    assert held(newer, live, Hold("inputs-2", "0.2.0")) is None
+    # The render changed and the inputs did not (a fact, e.g. a Windows build's image
+    # defaults): held again, at the new render.
+    again = held(newer, live, HOLD)
+    assert again is not None and again.digest != first.digest
+
+
+def test_an_identical_template_is_not_held() -> None:
+    live = ds("NEW_VAR", {TEMPLATE_BY: "0.1.0"})
+    assert held(NEW, live, HOLD) is None
+    out = apply_hold(NEW, live, HOLD, None)
+    assert out["metadata"]["annotations"][TEMPLATE_BY] == "0.2.0"
+
+
+def test_objects_without_pods_are_never_held() -> None:
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {}}
+    assert held(config, config, HOLD) is None
+    assert apply_hold(config, config, HOLD, None) == config
+
+
+def test_an_approved_daemonset_rolls_only_on_its_platforms_turn() -> None:
+    live = ds("OLD_VAR", {TEMPLATE_BY: "0.1.0", INPUTS: "inputs-1"})
+    state = held(NEW, live, HOLD)
+    assert state is not None
+    approved = dataclasses.replace(state, approved=True)
+    waiting = apply_hold(NEW, live, HOLD, approved)
+    assert waiting["spec"]["template"] == RUNNING_TEMPLATE
+    assert waiting["metadata"]["annotations"][APPROVED] == state.digest
+    # Marked, the approval is the DaemonSet's own on the next pass.
+    marked = ds("OLD_VAR", waiting["metadata"]["annotations"])
+    assert held(NEW, marked, HOLD) == approved
+    turn = dataclasses.replace(HOLD, release=frozenset({"linux"}))
+    out = apply_hold(NEW, marked, turn, approved)
+    assert out["spec"]["template"] == NEW["spec"]["template"]
+    assert AS_IS not in out["metadata"]["annotations"]
+    assert out["metadata"]["annotations"][TEMPLATE_BY] == "0.2.0"
+
+
+def _rollout(*states: tuple[str, str]) -> OrderedRollout:
+    return OrderedRollout(tuple(PlatformRollout(p, s) for p, s in states))  # type: ignore[arg-type]
+
+
+def test_an_approval_rolls_linux_first_then_each_windows_build() -> None:
+    current = _rollout(("linux", "current"), (WS2022, "current"), (WS2025, "current"))
+    everything = {"linux": [True, True], WS2022: [True], WS2025: [True]}
+    assert release_held(current, everything) == {"linux"}
+    # Linux rolled and is Ready: WS2022's turn, not WS2025's.
+    assert release_held(current, {WS2022: [True], WS2025: [True]}) == {WS2022}
+    # Linux still rolling: nothing more.
+    rolling = _rollout(("linux", "rolling"), (WS2022, "current"), (WS2025, "current"))
+    assert release_held(rolling, {WS2022: [True], WS2025: [True]}) == frozenset()
+    # Not approved (or not all of a platform): nothing rolls.
+    assert release_held(current, {"linux": [True, False], WS2022: [True]}) == frozenset()
+    assert release_held(current, {}) == frozenset()
+
+
+def test_the_approval_names_exactly_what_is_held() -> None:
+    a = Held("ztunnel", "linux", "d1", OPERATOR_UPGRADE, False)
+    b = Held("istio-cni-node", "linux", "d2", OPERATOR_UPGRADE, False)
+    assert approval([a, b]) == approval([b, a])
+    assert approval([a, b]) != approval([a])
+    assert approval([a]) != approval([dataclasses.replace(a, digest="d3")])
+
+
+def test_reconciled_says_what_would_restart_and_how_to_approve() -> None:
+    status = HeldTemplates(
+        approval="abc123",
+        daemon_sets=[
+            AsIsDaemonSet(name="ztunnel", platform="linux", pods=3, reason="OperatorUpgrade"),
+            AsIsDaemonSet(
+                name="ztunnel-windows-ltsc2022", platform=WS2022, pods=1, reason="OperatorUpgrade"
+            ),
+        ],
+    )
+    assert held_message(status, ["linux", WS2022]) == (
+        "agents keep the pod template that another operator version wrote: linux: 3 pod(s) of "
+        "ztunnel; 10.0.20348: 1 pod(s) of ztunnel-windows-ltsc2022 would restart for this "
+        "operator's render; nothing restarts until this AmbientMesh "
+        "changes or you approve (kubectl annotate ambientmesh default "
+        "ambientoperator.io/approve-templates=abc123 --overwrite); then they roll in order, "
+        "Linux first (status.held lists the fields that differ)"
+    )
+    approved = status.model_copy(
+        update={
+            "daemon_sets": [d.model_copy(update={"approved": True}) for d in status.daemon_sets]
+        }
+    )
+    assert held_message(approved, ["linux", WS2022]) == (
+        "approved pod templates roll in order, Linux first, then each Windows build, each Ready "
+        "before the next; still to roll: linux: 3 pod(s) of ztunnel; 10.0.20348: 1 pod(s) of "
+        "ztunnel-windows-ltsc2022 (status.held)"
+    )
+    assert held_message(None, ["linux"]) is None
