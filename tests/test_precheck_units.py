@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ambient_operator.api.v1alpha1 import AmbientMeshSpec
+from ambient_operator.api.v1alpha1 import AmbientMeshSpec, AsIsDaemonSet, HeldTemplates
 from ambient_operator.cli import precheck as pc
 from ambient_operator.cli.main import build_parser
 from ambient_operator.cluster.facts import NodeFacts
@@ -112,6 +112,7 @@ def test_a_healthy_cluster_blocks_nothing() -> None:
         "gateway-api": ["ok"],
         "upstream-agents": ["ok"],
         "helm-releases": ["ok"],
+        "held-templates": ["ok"],
         "namespace-labels": ["ok"],
         "windows-pods": ["ok"],
         "webhook": ["ok"],
@@ -352,6 +353,7 @@ def test_every_check_says_when_it_blocks_and_warns() -> None:
         "gateway-api",
         "upstream-agents",
         "helm-releases",
+        "held-templates",
         "namespace-labels",
         "windows-pods",
         "webhook",
@@ -499,3 +501,32 @@ def test_a_release_adopt_would_refuse_is_a_warning_naming_the_object() -> None:
         "metadata but is not in its record, so Helm did not make it; remove that metadata or "
         "the object",
     )
+
+
+def test_held_templates_say_what_would_restart_and_how_to_approve() -> None:
+    held = HeldTemplates(
+        approval="0f1e2d3c4b5a",
+        daemon_sets=[
+            AsIsDaemonSet(
+                name="ztunnel-windows-ltsc2022",
+                platform="10.0.20348",
+                pods=2,
+                differences=["spec.containers[istio-proxy].env[NEW]"],
+                reason="OperatorUpgrade",
+            ),
+            AsIsDaemonSet(name="ztunnel", platform="linux", pods=3, reason="OperatorUpgrade"),
+        ],
+    )
+    finding = _only(p.judge(_snapshot(held=held)), "held-templates", "info")
+    assert finding.message == (
+        "agents keep the pod template they run (status.held); the operator's render would "
+        "restart linux: 3 pod(s); 10.0.20348: 2 pod(s). Nothing restarts until the AmbientMesh "
+        "changes or you approve: kubectl annotate ambientmesh default "
+        "ambientoperator.io/approve-templates=0f1e2d3c4b5a --overwrite"
+    )
+    assert finding.items == (
+        "ztunnel-windows-ltsc2022 (10.0.20348, OperatorUpgrade): "
+        "spec.containers[istio-proxy].env[NEW]",
+        "ztunnel (linux, OperatorUpgrade): no field listed",
+    )
+    _only(p.judge(_snapshot()), "held-templates", "ok")

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ambient_operator.api import constants as c
-from ambient_operator.api.v1alpha1 import AmbientMeshSpec
+from ambient_operator.api.v1alpha1 import AmbientMeshSpec, HeldTemplates
 from ambient_operator.apply.adopt import (
     CHARTS,
     HELM_MANAGED_BY,
@@ -205,6 +205,15 @@ def _helm(read: _Reader, namespace: str) -> dict[str, Any]:
     return {"helm_releases": releases, "helm_live": live, "helm_labelled": labelled}
 
 
+def _held(mesh: Mapping[str, Any] | None) -> HeldTemplates | None:
+    """status.held as the operator last wrote it; None when absent or unreadable."""
+    raw = ((mesh or {}).get("status") or {}).get("held")
+    try:
+        return HeldTemplates.model_validate(raw) if raw else None
+    except ValidationError:
+        return None
+
+
 def snapshot(kube: Kube) -> p.Snapshot:
     """Read everything the checks judge (GET and LIST only)."""
     read = _Reader(kube)
@@ -254,6 +263,7 @@ def snapshot(kube: Kube) -> p.Snapshot:
         windows_misses=misses,
         webhook=_webhook(read),
         mesh_uid=str(((mesh or {}).get("metadata") or {}).get("uid") or ""),
+        held=_held(mesh),
         **helm,
         unreadable=tuple(read.unreadable),
     )

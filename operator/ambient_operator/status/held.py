@@ -90,7 +90,7 @@ def held_message(held: HeldTemplates | None, order: Sequence[str]) -> str | None
     )
     return (
         f"agents keep the pod template that {' or '.join(writers)} wrote: {pods} would "
-        f"restart for this operator's render; nothing restarts until this AmbientMesh changes or you approve "
-        f"({approve_command(held.approval)}){stale}; then they roll in order, Linux first "
-        "(status.held lists the fields that differ)"
+        "restart for this operator's render; nothing restarts until this AmbientMesh "
+        f"changes or you approve ({approve_command(held.approval)}){stale}; then they roll "
+        "in order, Linux first (status.held lists the fields that differ)"
     )

@@ -25,7 +25,7 @@ from typing import Any, Literal
 from ambient_operator.api import constants as c
 from ambient_operator.api.conditions import INTENDED_EXCLUSIONS
 from ambient_operator.api.releases import fixed_since
-from ambient_operator.api.v1alpha1 import AmbientMeshSpec
+from ambient_operator.api.v1alpha1 import AmbientMeshSpec, HeldTemplates
 from ambient_operator.apply.adopt import helm_release_of, plan_takeover
 from ambient_operator.apply.ownership import conflict, describe
 from ambient_operator.apply.plan import Owner
@@ -43,8 +43,10 @@ from ambient_operator.cluster.versions import (
 )
 from ambient_operator.kube.resources import ObjectKey, key_of
 from ambient_operator.render import RenderResult, render_dataplane
+from ambient_operator.render.model import PLATFORM_LINUX
 from ambient_operator.status.adoption import pending_roll
 from ambient_operator.status.components import istiod_trust, trust_message
+from ambient_operator.status.held import approve_command, per_platform
 from ambient_operator.status.versions import older_patch
 
 GATEWAY_API_GROUP = "gateway.networking.k8s.io"
@@ -126,6 +128,8 @@ class Snapshot:
     helm_live: Mapping[ObjectKey, Mapping[str, Any] | None] = field(default_factory=dict)
     helm_labelled: Sequence[Mapping[str, Any]] = ()
     mesh_uid: str = ""
+    # status.held of the AmbientMesh: agents that keep the template they run.
+    held: HeldTemplates | None = None
 
     def node_facts(self) -> tuple[list[NodeFacts], list[str]]:
         """Facts of every Node, and the names of those too malformed to read."""
@@ -552,6 +556,28 @@ def _helm_releases(snap: Snapshot) -> list[Finding]:
     return out
 
 
+def _held_templates(snap: Snapshot) -> list[Finding]:
+    held = snap.held
+    if held is None:
+        return _one("held-templates", OK, "every agent runs the operator's pod template")
+    order = [PLATFORM_LINUX, *sorted({ds.platform for ds in held.daemon_sets} - {PLATFORM_LINUX})]
+    restarts = "; ".join(
+        f"{platform}: {pods} pod(s)" for platform, pods, _ in per_platform(held, order)
+    )
+    return _one(
+        "held-templates",
+        INFO,
+        f"agents keep the pod template they run (status.held); the operator's render would "
+        f"restart {restarts}. Nothing restarts until the AmbientMesh changes or you approve: "
+        f"{approve_command(held.approval)}",
+        [
+            f"{ds.name} ({ds.platform}, {ds.reason}{', approved' if ds.approved else ''}): "
+            f"{', '.join(ds.differences) or 'no field listed'}"
+            for ds in held.daemon_sets
+        ],
+    )
+
+
 def _namespace_labels(snap: Snapshot) -> list[Finding]:
     found = [
         f"{name}: {reason}: {message}"
@@ -708,6 +734,15 @@ CHECKS: tuple[Check, ...] = (
         "A release spec.adopt would refuse (each object and why), or one whose objects are "
         "the operator's already while Helm still records them.",
         _helm_releases,
+    ),
+    Check(
+        "held-templates",
+        "status.held of the AmbientMesh: agent DaemonSets that keep the pod template they run "
+        "(written by another operator version, or taken over from Helm), per platform, the "
+        "pods that would restart, and the command that approves the roll.",
+        "Never.",
+        "Never: it is told as info, with the approval command.",
+        _held_templates,
     ),
     Check(
         "namespace-labels",
