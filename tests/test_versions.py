@@ -526,3 +526,50 @@ def test_skew_names_the_newest_known_patch_of_istiods_minor() -> None:
     problem = version_skew(result.rollout, _deployment("x/pilot:1.31.0"))
     assert problem is not None
     assert problem.message.endswith("the newest patch of 1.31 this operator knows is 1.31.1")
+
+
+def _tagged(tag: str) -> AmbientMeshSpec:
+    return AmbientMeshSpec.model_validate({"images": {"tag": tag}})
+
+
+def test_returning_the_tag_to_its_previous_value_is_a_rollback_in_the_same_order() -> None:
+    # 1.30.4 -> 1.31.0: Linux rolled, the Windows builds still run 1.30.4.
+    forward = decide(
+        ORDER, _images(NEW), _running({"linux": NEW, WS2022: OLD, WS2025: OLD}, ("linux",))
+    )
+    settled = version_status(_tagged(OLD), decide(ORDER, _images(OLD), _running({})), None)
+    upgrading = version_status(_tagged(NEW), forward, None, before=settled)
+    assert (upgrading.previous, upgrading.rollback) == ("1.30.4", None)
+    upgraded = version_status(_tagged(NEW), forward, None, before=upgrading)
+    # Back to 1.30.4: only Linux runs 1.31.0, so only Linux rolls, and first.
+    back = decide(ORDER, _images(OLD), _running({"linux": NEW, WS2022: OLD, WS2025: OLD}))
+    assert _states(back) == [
+        ("linux", "rolling", "hub/ztunnel:1.30.4"),
+        (WS2022, "current", "hub/ztunnel:1.30.4"),
+        (WS2025, "current", "hub/ztunnel:1.30.4"),
+    ]
+    status = version_status(_tagged(OLD), back, None, before=upgraded)
+    assert (status.previous, status.rollback) == ("1.31.0", True)
+    assert rollout_message(back, None, status) == (
+        "rolling the agents back from 1.31.0 to 1.30.4, in the same order as a change: Linux, "
+        "then each Windows build; the agents on Linux are being replaced (istio-cni: new image; "
+        "ztunnel: new image)"
+    )
+    # Still one on the next pass, and no more once every platform runs it.
+    assert version_status(_tagged(OLD), back, None, before=status).rollback
+    done = decide(ORDER, _images(OLD), _running({p: OLD for p in ORDER}))
+    after = version_status(_tagged(OLD), done, None, before=status)
+    assert (after.previous, after.rollback) == ("1.31.0", None)
+
+
+def test_a_change_to_an_older_version_than_runs_is_a_rollback() -> None:
+    running = _running({p: NEW for p in ORDER})
+    before = version_status(_tagged(NEW), decide(ORDER, _images(NEW), running), None)
+    status = version_status(
+        _tagged("1.30.9"), decide(ORDER, _images("1.30.9"), running), None, before=before
+    )
+    assert (status.previous, status.rollback) == ("1.31.0", True)
+    newer = version_status(
+        _tagged("1.31.1"), decide(ORDER, _images("1.31.1"), running), None, before=before
+    )
+    assert (newer.previous, newer.rollback) == ("1.31.0", None)

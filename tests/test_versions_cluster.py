@@ -370,7 +370,39 @@ def test_a_version_change_rolls_linux_first_then_each_windows_build(
         "source": "spec",
         "newestPatch": "1.31.1",
         "waiting": [],
+        "previous": old,
     }
+
+
+def test_returning_the_tag_rolls_back_linux_first_and_says_so(
+    api: client.ApiClient, istio: IstioControlPlane, operator: RunningOperator
+) -> None:
+    was, back = "1.31.0", "1.30.4"  # where the test before left the agents, and its start
+    wait_for(lambda: _all_ready(api, was), TIMEOUT, f"every DaemonSet Ready at {was}")
+    with (
+        Recorder(_list_daemonsets(api)) as daemonsets,
+        Recorder(_list_meshes(api)) as meshes,
+    ):
+        set_mesh_spec(api, _mesh_spec(back))
+        wait_for(lambda: _all_ready(api, back), TIMEOUT, f"every DaemonSet Ready at {back}")
+    _assert_linux_first(
+        daemonsets,
+        {
+            f"registry.example.com/istio/install-cni-windows:{was}",
+            f"registry.example.com/istio/ztunnel-windows:{was}",
+        },
+        back,
+    )
+    said = {
+        condition(e["object"], "Reconciled").get("message", "").split("; ")[1]
+        for e in meshes.events
+        if ((e["object"].get("status") or {}).get("versions") or {}).get("rollback")
+    }
+    assert said == {
+        "rolling the agents back from 1.31.0 to 1.30.4, in the same order as a change: Linux, "
+        "then each Windows build"
+    }, said
+    assert _versions(api)["previous"] == was and "rollback" not in _versions(api)
 
 
 def _follow_spec() -> dict[str, Any]:
@@ -423,6 +455,7 @@ def test_with_the_tag_unset_the_agents_follow_istiod_linux_first(
         "source": "istiod",
         "note": f"follows istiod {new}-distroless",
         "waiting": [],
+        "previous": old,
     }
 
 

@@ -1150,6 +1150,17 @@ class VersionStatus(ApiModel):
         default=[],
         description="Platforms that keep the images they run until `rolling` is Ready, in order.",
     )
+    previous: str | None = Field(
+        default=None,
+        description="dataPlane before its last change: setting spec.images.tag back to it is a "
+        "rollback.",
+    )
+    rollback: bool | None = Field(
+        default=None,
+        description="True while the change under way sets the agents back: to the value "
+        "dataPlane had before `previous`, or to an older version than a platform runs. A "
+        "rollback goes in the same order as any change: Linux, then each Windows build.",
+    )
 
 
 class AsIsDaemonSet(ApiModel):

@@ -67,6 +67,10 @@ class Version:
         """`1.30`: the line, for messages."""
         return f"{self.major}.{self.minor}"
 
+    def older_than(self, other: Version) -> bool:
+        """Whether this is an earlier release than `other` (an unknown patch counts as 0)."""
+        return (*self.line, self.patch or 0) < (*other.line, other.patch or 0)
+
 
 def parse_version(text: str | None) -> Version | None:
     """The version a tag or label value names (`1.30.4-distroless` is 1.30.4); None if none."""

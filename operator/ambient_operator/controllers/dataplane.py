@@ -244,7 +244,14 @@ class DataplaneController(DataplaneMoves):
         takeover = await self._takeover(spec, owner, result)
         objects, held = self._to_write(mesh, spec, owner, result, takeover)
         outcome = await self._apply(owner, spec.namespace, moving_from, result, objects, takeover)
-        outcome.rollout = rollout_message(result.rollout, chosen)
+        versions = version_status(
+            spec,
+            result.rollout,
+            self.istiod(spec),
+            chosen,
+            previous.versions if previous is not None else None,
+        )
+        outcome.rollout = rollout_message(result.rollout, chosen, versions)
         adoption = adoption_status(takeover, self.ours(owner), result.objects)
         outcome.as_is = as_is_message(adoption, spec.namespace)
         outcome.held = held_message(held, [p.platform for p in result.rollout.platforms])
@@ -267,7 +274,7 @@ class DataplaneController(DataplaneMoves):
             self._enrollment(),
             self.clock(),
             node_readiness=gated,
-            versions=version_status(spec, result.rollout, self.istiod(spec), chosen),
+            versions=versions,
             platform=platform,
             adoption=adoption,
             held=held,

@@ -103,15 +103,23 @@ def _rolling(rollout: OrderedRollout) -> PlatformRollout | None:
     return rollout.first("rolling")
 
 
-def rollout_message(rollout: OrderedRollout, chosen: AgentTag | None = None) -> str | None:
+def rollout_message(
+    rollout: OrderedRollout, chosen: AgentTag | None = None, versions: VersionStatus | None = None
+) -> str | None:
     """What the Reconciled message says while a platform rolls or others wait; None otherwise.
 
-    When the agents follow istiod, it says so, and from which version to which.
+    When the agents follow istiod, it says so, and from which version to which;
+    a rollback (`versions.rollback`) is named as one.
     """
     rolling, waiting = _rolling(rollout), rollout.waiting()
     if rolling is None and not waiting:
         return None
     parts = []
+    if versions is not None and versions.rollback:
+        parts.append(
+            f"rolling the agents back from {versions.previous} to {versions.data_plane}, in "
+            "the same order as a change: Linux, then each Windows build"
+        )
     if chosen is not None and chosen.source == "istiod":
         was = sorted({str(v) for _, image in _running(rollout) if (v := image_version(image))})
         parts.append(
@@ -134,19 +142,45 @@ def rollout_message(rollout: OrderedRollout, chosen: AgentTag | None = None) -> 
     return "; ".join(parts)
 
 
+def rollback(
+    tag: str, rollout: OrderedRollout, before: VersionStatus | None
+) -> tuple[str | None, bool]:
+    """(status.versions.previous, .rollback) for the agents' `tag` this pass.
+
+    `before` is the last pass's status.versions. A change of the tag records
+    the value it left; a change back to the value recorded before it is a
+    rollback, and so is a change to an older version than a platform runs.
+    It stays one until every platform runs the tag.
+    """
+    if before is None:
+        return None, False
+    rolling = rollout.first("rolling") is not None or bool(rollout.waiting())
+    if tag == before.data_plane:
+        return before.previous, bool(before.rollback) and rolling
+    wanted = parse_version(tag)
+    older = wanted is not None and any(
+        (v := image_version(image)) is not None and wanted.older_than(v)
+        for _, image in _running(rollout)
+    )
+    return before.data_plane, rolling and (tag == before.previous or older)
+
+
 def version_status(
     spec: AmbientMeshSpec,
     rollout: OrderedRollout,
     istiod: Mapping[str, Any] | None,
     chosen: AgentTag | None = None,
+    before: VersionStatus | None = None,
 ) -> VersionStatus:
     """status.versions: istiod's version, the agents' target, and the platforms in a rollout.
 
-    `spec` carries the tag the pass rendered (`chosen.tag` when it follows istiod).
+    `spec` carries the tag the pass rendered (`chosen.tag` when it follows
+    istiod); `before` is the last pass's status.versions (for a rollback).
     """
     control_plane = istiod_version(istiod)
     rolling = _rolling(rollout)
     source = "spec" if chosen is None else chosen.source
+    previous, back = rollback(spec.images.tag, rollout, before)
     return VersionStatus(
         control_plane=None if control_plane is None else str(control_plane),
         data_plane=spec.images.tag,
@@ -155,4 +189,6 @@ def version_status(
         newest_patch=older_patch(control_plane, parse_version(spec.images.tag)),
         rolling=None if rolling is None else rolling.platform,
         waiting=[p.platform for p in rollout.waiting()],
+        previous=previous,
+        rollback=back or None,
     )
