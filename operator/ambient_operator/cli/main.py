@@ -1,4 +1,4 @@
-"""`ambient-operator` command line: crd, render, run, waypoint, precheck, import-values."""
+"""`ambient-operator` command line: crd, render, run, waypoint, precheck, status, import-values."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from ambient_operator.api import crdgen
 from ambient_operator.cli import import_values as import_values_command
 from ambient_operator.cli import precheck as precheck_command
 from ambient_operator.cli import render as render_command
+from ambient_operator.cli import status as status_command
 from ambient_operator.cli import waypoint as waypoint_command
 from ambient_operator.kube.credentials import CredentialsError
 
@@ -258,6 +259,7 @@ def build_parser(prog: str = "ambient-operator") -> argparse.ArgumentParser:
     _add_run(sub)
     waypoint_command.add_parser(sub)
     precheck_command.add_parser(sub)
+    status_command.add_parser(sub)
     import_values_command.add_parser(sub)
     return parser
 
