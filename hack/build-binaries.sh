@@ -99,6 +99,9 @@ build istio istio.io/istio/pilot/cmd/pilot-discovery
 # istioctl from the same istio.io/istio (hack/cluster/istioctl pins it, a module
 # of its own so that ../istio's entry stays): the tests run `istioctl analyze`.
 build istioctl istio.io/istio/istioctl/cmd/istioctl
+# krew, kubectl's plugin manager, and its manifest validator: the tests install
+# the plugin from the archive hack/gen_krew.py builds, with its manifest.
+build krew sigs.k8s.io/krew/cmd/krew sigs.k8s.io/krew/cmd/validate-krew-manifest
 istio_charts
 crds gateway-api-v1.4 v1.4
 crds gateway-api-v1.6 v1.6

@@ -1,4 +1,5 @@
-"""`ambient-operator` command line: crd, render, run, waypoint, precheck, status, import-values."""
+"""`ambient-operator` command line: crd, render, run, waypoint, precheck, status, import-values,
+completion."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ambient_operator.api import crdgen
+from ambient_operator.cli import completion as completion_command
 from ambient_operator.cli import import_values as import_values_command
 from ambient_operator.cli import precheck as precheck_command
 from ambient_operator.cli import render as render_command
@@ -111,6 +113,7 @@ def _add_run(sub: Any) -> None:
     run = sub.add_parser("run", help="run the operator against the current cluster")
     run.add_argument(
         "--kubeconfig",
+        metavar="FILE",
         default=os.environ.get("KUBECONFIG"),
         help="kubeconfig file (default: $KUBECONFIG, else in-cluster)",
     )
@@ -231,6 +234,7 @@ def _add_webhook_flags(run: Any) -> None:
     )
     hook.add_argument(
         "--webhook-cert-dir",
+        metavar="DIR",
         default=_env("WEBHOOK_CERT_DIR", ""),
         help="use tls.crt, tls.key and ca.crt from this folder (e.g. a cert-manager Secret) "
         "instead of the operator's own Secret [AMBIENT_OPERATOR_WEBHOOK_CERT_DIR]",
@@ -261,6 +265,7 @@ def build_parser(prog: str = "ambient-operator") -> argparse.ArgumentParser:
     precheck_command.add_parser(sub)
     status_command.add_parser(sub)
     import_values_command.add_parser(sub)
+    completion_command.add_parser(sub, root=parser)
     return parser
 
 
