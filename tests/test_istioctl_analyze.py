@@ -28,16 +28,10 @@ import pytest
 import yaml
 from kubernetes import client
 
-from ambient_devcluster import (
-    IstioControlPlane,
-    LocalCluster,
-    apply_dirs,
-    apply_objects,
-    cluster_dns_service,
-    create_nodes,
-)
+from ambient_devcluster import IstioControlPlane, LocalCluster, apply_objects
+from ambient_devcluster.harness import condition, get_mesh
 from ambient_operator.api import constants as c
-from conftest import BIN_DIR, REPO_ROOT, SAMPLE_NODES, binaries_present, wait_for
+from conftest import BIN_DIR, REPO_ROOT, own_cluster, wait_for
 from operator_harness import RunningOperator
 
 GW_GROUP, GW_VERSION = "gateway.networking.k8s.io", "v1"
@@ -62,15 +56,7 @@ def test_istioctl_is_pinned_to_istiods_module() -> None:
 
 @pytest.fixture(scope="module")
 def analyze_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """Our own control plane: the sample nodes, our CRDs, Gateway API v1.6."""
-    if not binaries_present() or not (BIN_DIR / "istioctl").exists():
-        pytest.fail(f"binaries missing in {BIN_DIR} (istioctl too); run hack/build-binaries.sh")
-    gateway_api = REPO_ROOT / ".cache" / "gateway-api" / "v1.6"
-    with LocalCluster(tmp_path_factory.mktemp("analyze-cluster"), bin_dir=BIN_DIR) as local:
-        with local.api_client() as api:
-            apply_dirs(api, [REPO_ROOT / "crds", gateway_api], timeout=60)
-            create_nodes(api, SAMPLE_NODES, timeout=60)
-            apply_objects(api, [cluster_dns_service()])
+    with own_cluster(tmp_path_factory, "analyze-cluster", "istioctl", "pilot-discovery") as local:
         yield local
 
 
@@ -114,17 +100,6 @@ def _app(name: str, node: str, labels: dict[str, str]) -> list[dict[str, Any]]:
     ]
 
 
-def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    return next(
-        (
-            cond
-            for cond in (obj.get("status") or {}).get("conditions") or []
-            if cond.get("type") == kind
-        ),
-        None,
-    )
-
-
 @pytest.fixture(scope="module")
 def mesh(
     analyze_cluster: LocalCluster, api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
@@ -157,9 +132,7 @@ def mesh(
                     custom.get_namespaced_custom_object(GW_GROUP, GW_VERSION, APP_NS, "gateways", n)
                     for n in ("wp", "istio-wp")
                 ]
-                if not all(
-                    (_condition(gw, "Programmed") or {}).get("status") == "True" for gw in gateways
-                ):
+                if not all(condition(gw, "Programmed").get("status") == "True" for gw in gateways):
                     return False
                 # istiod says on each Service whether it bound the waypoint.
                 services = [core.read_namespaced_service(n, APP_NS) for n in ("web", "win")]
@@ -172,17 +145,14 @@ def mesh(
                 )
 
             wait_for(bound, TIMEOUT, "both waypoints Programmed and bound by istiod")
-            wait_for(lambda: _ready(api), TIMEOUT, "the AmbientMesh Ready")
+            wait_for(
+                lambda: condition(get_mesh(api), "Ready").get("status") == "True",
+                TIMEOUT,
+                "the AmbientMesh Ready",
+            )
             yield
         assert "Traceback" not in op.log_text(), op.log_text()[-4000:]
     assert "panic:" not in plane.log_file.read_text(errors="replace")
-
-
-def _ready(api: client.ApiClient) -> bool:
-    obj = client.CustomObjectsApi(api).get_cluster_custom_object(
-        c.API_GROUP, c.API_VERSION, "ambientmeshes", c.MESH_NAME
-    )
-    return (_condition(obj, "Ready") or {}).get("status") == "True"
 
 
 def analyze(cluster: LocalCluster) -> tuple[int, list[dict[str, Any]]]:
@@ -309,8 +279,8 @@ def test_the_check_fails_on_a_gateway_the_operator_refuses(
             gw = custom.get_namespaced_custom_object(
                 GW_GROUP, GW_VERSION, APP_NS, "gateways", "bad"
             )
-            accepted, programmed = _condition(gw, "Accepted"), _condition(gw, "Programmed")
-            if (accepted or {}).get("status") == "False" == (programmed or {}).get("status"):
+            accepted, programmed = condition(gw, "Accepted"), condition(gw, "Programmed")
+            if accepted.get("status") == "False" == programmed.get("status"):
                 return gw
             return None
 
@@ -320,8 +290,7 @@ def test_the_check_fails_on_a_gateway_the_operator_refuses(
         assert found == [
             f"Warning [IST0171] Gateway {APP_NS}/bad: A condition with a negative status is "
             f"present: type={cond['type']}, reason={cond['reason']}, message={cond['message']}."
-            for cond in (_condition(gw, "Accepted"), _condition(gw, "Programmed"))
-            if cond is not None
+            for cond in (condition(gw, "Accepted"), condition(gw, "Programmed"))
         ], json.dumps(messages, indent=2)
         # istioctl's own verdict: a Warning is below its default failure threshold (Error).
         assert code == 0

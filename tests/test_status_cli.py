@@ -23,17 +23,12 @@ import pytest
 import yaml
 from kubernetes import client
 
-from ambient_devcluster import (
-    LocalCluster,
-    apply_dirs,
-    apply_objects,
-    cluster_dns_service,
-    create_nodes,
-)
+from ambient_devcluster import LocalCluster, apply_objects
+from ambient_devcluster.harness import get_mesh
 from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshStatus
 from ambient_operator.cli.status import agent_versions, platform_table, platforms
-from conftest import BIN_DIR, REPO_ROOT, SAMPLE_NODES, binaries_present, wait_for
+from conftest import BIN_DIR, REPO_ROOT, grant, own_cluster, wait_for
 from operator_harness import AuditLog, RunningOperator
 
 GW_GROUP, GW_VERSION = "gateway.networking.k8s.io", "v1"
@@ -52,14 +47,8 @@ READ_ONLY_RULES = [
 
 @pytest.fixture(scope="module")
 def status_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    if not binaries_present():
-        pytest.fail(f"binaries missing in {BIN_DIR}; run hack/build-binaries.sh")
-    gateway_api = REPO_ROOT / ".cache" / "gateway-api" / "v1.6"
-    with LocalCluster(tmp_path_factory.mktemp("status-cluster"), bin_dir=BIN_DIR) as local:
+    with own_cluster(tmp_path_factory, "status-cluster") as local:
         with local.api_client() as api:
-            apply_dirs(api, [REPO_ROOT / "crds", gateway_api], timeout=60)
-            create_nodes(api, SAMPLE_NODES, timeout=60)
-            apply_objects(api, [cluster_dns_service()])
             client.CoreV1Api(api).create_namespace({"metadata": {"name": "istio-system"}})
         yield local
 
@@ -98,13 +87,6 @@ def _gateway(name: str, klass: str) -> dict[str, Any]:
     }
 
 
-def _mesh(api: client.ApiClient) -> dict[str, Any]:
-    obj: dict[str, Any] = client.CustomObjectsApi(api).get_cluster_custom_object(
-        c.API_GROUP, c.API_VERSION, "ambientmeshes", c.MESH_NAME
-    )
-    return obj
-
-
 @pytest.fixture(scope="module")
 def fixed_state(
     status_cluster: LocalCluster, api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
@@ -139,7 +121,7 @@ def fixed_state(
             )
 
         def settled() -> bool:
-            status = _mesh(api).get("status") or {}
+            status = get_mesh(api).get("status") or {}
             enrollment = status.get("enrollment") or {}
             wp = custom.get_namespaced_custom_object(GW_GROUP, GW_VERSION, APP_NS, "gateways", "wp")
             programmed = any(
@@ -159,21 +141,25 @@ def fixed_state(
     assert "Traceback" not in op.log_text(), op.log_text()[-4000:]
 
 
-def status(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    binary = Path(sys.executable).parent / "ambient-operator"
+def status(kubeconfig: Path, *args: str, kubectl: bool = False) -> subprocess.CompletedProcess[str]:
+    """The command; with `kubectl`, as `kubectl ambient status` through the real kubectl,
+    which finds the plugin on PATH."""
+    here = Path(sys.executable).parent
+    argv = [str(BIN_DIR / "kubectl"), "ambient"] if kubectl else [str(here / "ambient-operator")]
     return subprocess.run(
-        [str(binary), "status", "--kubeconfig", str(kubeconfig), *args],
+        [*argv, "status", "--kubeconfig", str(kubeconfig), *args],
         capture_output=True,
         text=True,
         check=False,
         timeout=60,
+        env={**os.environ, "PATH": f"{here}{os.pathsep}{os.environ['PATH']}"},
     )
 
 
 def _root_cause(api: client.ApiClient) -> dict[str, str]:
     """The Degraded condition as the API server holds it: the command shows its words."""
     (degraded,) = [
-        cond for cond in _mesh(api)["status"]["conditions"] if cond["type"] == "Degraded"
+        cond for cond in get_mesh(api)["status"]["conditions"] if cond["type"] == "Degraded"
     ]
     # No istiod is installed: the most severe problem, so the root cause.
     assert degraded["status"] == "True" and degraded["reason"] == "IstiodNotFound"
@@ -238,7 +224,7 @@ def test_status_json_is_the_same_state(
     assert sorted(conditions) == ["Degraded", "Ready", "Reconciled"]
     assert conditions["Degraded"] == body["rootCause"] == _root_cause(api)
     assert conditions["Ready"]["status"] == conditions["Reconciled"]["status"] == "True"
-    waypoint_row = {"NAMESPACE": APP_NS, "REVISION": "default", "TRAFFIC TYPE": "none"}
+    waypoint_row = {"namespace": APP_NS, "revision": "default", "trafficType": "none"}
     assert body == {
         "mesh": "default",
         "found": True,
@@ -302,17 +288,17 @@ def test_status_json_is_the_same_state(
         "waypoints": [
             {
                 **waypoint_row,
-                "NAME": "istio-wp",
-                "PROGRAMMED": "Unknown",
-                "WHOSE": "istiod",
-                "OS": "-",
+                "name": "istio-wp",
+                "programmed": "Unknown",
+                "whose": "istiod",
+                "os": "-",
             },
             {
                 **waypoint_row,
-                "NAME": "wp",
-                "PROGRAMMED": "True",
-                "WHOSE": "ambient-operator",
-                "OS": "linux",
+                "name": "wp",
+                "programmed": "True",
+                "whose": "ambient-operator",
+                "os": "linux",
             },
         ],
         "webhook": {
@@ -328,19 +314,7 @@ def test_status_json_is_the_same_state(
 def test_a_user_with_get_and_list_only_sees_the_same_and_writes_nothing(
     status_cluster: LocalCluster, api: client.ApiClient, fixed_state: None
 ) -> None:
-    rbac = client.RbacAuthorizationV1Api(api)
-    rbac.create_cluster_role({"metadata": {"name": READER}, "rules": READ_ONLY_RULES})
-    rbac.create_cluster_role_binding(
-        {
-            "metadata": {"name": READER},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": READER,
-            },
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": READER}],
-        }
-    )
+    grant(api, READER, READ_ONLY_RULES)
     kubeconfig = status_cluster.user_kubeconfig(READER)
     audit = AuditLog(status_cluster.audit_log)
     since = audit.mark()
@@ -377,22 +351,7 @@ def test_a_user_without_rights_is_told_what_it_could_not_read(
 def test_kubectl_ambient_status_is_the_same_command(
     status_cluster: LocalCluster, api: client.ApiClient, fixed_state: None
 ) -> None:
-    """Through the real kubectl, which finds the plugin on PATH."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run(
-        [
-            str(BIN_DIR / "kubectl"),
-            "ambient",
-            "status",
-            "--kubeconfig",
-            str(status_cluster.kubeconfig),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=60,
-    )
+    done = status(status_cluster.kubeconfig, kubectl=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout == expected_text(_root_cause(api))
 

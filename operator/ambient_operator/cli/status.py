@@ -46,6 +46,16 @@ from ambient_operator.webhook.review import RUNTIME_CLASS
 EXIT_OK, EXIT_NO_MESH, EXIT_UNREACHABLE = 0, 1, 3
 NODE, NAMESPACE, POD = KINDS[("v1", "Node")], KINDS[("v1", "Namespace")], KINDS[("v1", "Pod")]
 COMPONENTS = ("ztunnel", "istio-cni")
+# The waypoint table's columns (waypoint list -A) as JSON keys.
+WAYPOINT_KEYS = {
+    "NAMESPACE": "namespace",
+    "NAME": "name",
+    "REVISION": "revision",
+    "TRAFFIC TYPE": "trafficType",
+    "PROGRAMMED": "programmed",
+    "WHOSE": "whose",
+    "OS": "os",
+}
 # Each condition's state that needs no word on the screen.
 HEALTHY = {
     MeshCondition.RECONCILED: "True",
@@ -192,7 +202,10 @@ def gather(kube: Kube, mesh_name: str = c.MESH_NAME) -> dict[str, Any]:
         str(rc["metadata"]["name"]): dict(rc.get("scheduling") or {})
         for rc in read.items(RUNTIME_CLASS)
     }
-    waypoints = listed_rows(read.items(GATEWAY), read.items(DEPLOYMENT), class_of(mesh))
+    waypoints = [
+        {WAYPOINT_KEYS[column]: value for column, value in row.items()}
+        for row in listed_rows(read.items(GATEWAY), read.items(DEPLOYMENT), class_of(mesh))
+    ]
     conditions = _conditions(mesh)
     degraded = conditions.get(MeshCondition.DEGRADED)
     meta = (mesh or {}).get("metadata") or {}
@@ -321,7 +334,8 @@ def human(doc: Mapping[str, Any]) -> str:
     lines.append("")
     if doc["waypoints"]:
         lines.append("Waypoints:")
-        lines.append(columns_table(doc["waypoints"], LIST_COLUMNS).rstrip("\n"))
+        rows = [{col: w[WAYPOINT_KEYS[col]] for col in LIST_COLUMNS} for w in doc["waypoints"]]
+        lines.append(columns_table(rows, LIST_COLUMNS).rstrip("\n"))
     else:
         lines.append("Waypoints: none")
     lines.append("")
