@@ -45,7 +45,6 @@ from ambient_operator.webhook.review import RUNTIME_CLASS
 
 EXIT_OK, EXIT_NO_MESH, EXIT_UNREACHABLE = 0, 1, 3
 NODE, NAMESPACE, POD = KINDS[("v1", "Node")], KINDS[("v1", "Namespace")], KINDS[("v1", "Pod")]
-COMPONENTS = ("ztunnel", "istio-cni")
 # The waypoint table's columns (waypoint list -A) as JSON keys.
 WAYPOINT_KEYS = {
     "NAMESPACE": "namespace",
@@ -254,7 +253,8 @@ def _rollout(entry: Mapping[str, Any]) -> str:
     if rollout is None:
         return "-"
     if rollout["state"] == "waiting":
-        return f"waits for {platform_name(str(rollout['after']))}"
+        after = rollout["after"]
+        return "waiting" if after is None else f"waits for {platform_name(str(after))}"
     agents = [a for a in (entry["ztunnel"], entry["istioCni"]) if a is not None]
     updated = sum(a["updated"] for a in agents)
     desired = sum(a["desired"] for a in agents)
