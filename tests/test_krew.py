@@ -45,6 +45,11 @@ def _gen_krew() -> ModuleType:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The archive as `hack/gen_krew.py --check` builds it (and the manifest is current)."""
+    missing = [
+        b for b in ("krew", "validate-krew-manifest", "kubectl") if not (BIN_DIR / b).exists()
+    ]
+    if missing:
+        pytest.fail(f"{missing} missing in {BIN_DIR}; run hack/build-binaries.sh")
     out = tmp_path_factory.mktemp("krew-archive")
     done = subprocess.run(
         [sys.executable, str(REPO_ROOT / "hack" / "gen_krew.py"), "--check", "--out", str(out)],
