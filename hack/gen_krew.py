@@ -110,7 +110,9 @@ def manifest(package_version: str, sha256: str, base_url: str = BASE_URL) -> str
                 "On first use the plugin installs the ambient-operator Python package "
                 f"({package_version}) into a virtualenv of its own, which needs Python 3.11 or "
                 "later as python3 (or KUBECTL_AMBIENT_PYTHON) and access to a Python package "
-                "index. Shell completion: ambient-operator completion bash|zsh."
+                "index (KUBECTL_AMBIENT_PACKAGE names a wheel instead). kubectl's own "
+                "completion completes `kubectl ambient` once kubectl_complete-ambient, in that "
+                "virtualenv's bin, is on PATH."
             ),
             "platforms": [
                 {

@@ -19,8 +19,9 @@ import math
 import os
 import re
 import signal
+import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,22 @@ BIN_DIR = default_bin_dir()
 def binaries_present(bin_dir: Path = BIN_DIR) -> bool:
     """Whether every control-plane program is built."""
     return all((bin_dir / b).exists() for b in BINARIES)
+
+
+def run_kubectl(
+    args: Sequence[str], plugins: Path, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The real kubectl with the folder `plugins` first on PATH, where it finds plugins
+    (`kubectl-ambient`, `kubectl_complete-ambient`); `env` adds to the environment."""
+    path = f"{plugins}{os.pathsep}{os.environ['PATH']}"
+    return subprocess.run(
+        [str(BIN_DIR / "kubectl"), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env={**os.environ, **(env or {}), "PATH": path},
+    )
 
 
 def grant(api: client.ApiClient, user: str, rules: list[dict[str, Any]]) -> None:

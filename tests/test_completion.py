@@ -5,7 +5,8 @@ real `bash`; each case sets the words typed so far as bash does before it
 calls a completion function (COMP_WORDS, COMP_CWORD) and reads COMPREPLY.
 Expected candidates are literal. zsh runs the same cases when it is
 installed, with `compadd` and `_files` standing in for the completion
-system's (they only print what they are given).
+system's (they only print what they are given). The real kubectl completes
+`kubectl ambient ...` through `kubectl_complete-ambient`, the same cases.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import run_kubectl
 
 BINARY = Path(sys.executable).parent / "ambient-operator"
 ROOT_COMMANDS = "completion crd import-values precheck render run status waypoint"
@@ -162,3 +165,17 @@ def test_zsh_completes_the_same(tmp_path: Path) -> None:
     assert registered == "registered _ambient_operator ambient-operator"
     expected = [e if words[-2:-1] != ["--kubeconfig"] else "FILES" for words, e in CASES]
     assert [_sorted(a) for a in answers] == expected
+
+
+def test_kubectl_completes_the_plugin_through_kubectl_complete_ambient() -> None:
+    """The real kubectl (1.26+) runs `kubectl_complete-ambient` for `kubectl ambient <TAB>`:
+    its hidden `__complete` command prints what a shell would offer, then the directive."""
+    for words, expected in CASES:
+        done = run_kubectl(["__complete", "ambient", *words], BINARY.parent)
+        assert done.returncode == 0, done.stderr
+        *offered, directive = done.stdout.splitlines()
+        files = words[-2:-1] == ["--kubeconfig"]
+        # 0: the shell completes file names; 4 (NoFileComp): only what is listed.
+        assert (_sorted(" ".join(offered)), directive) == (
+            ("", ":0") if files else (expected, ":4")
+        ), words

@@ -27,7 +27,7 @@ from types import ModuleType
 import pytest
 import yaml
 
-from conftest import BIN_DIR, REPO_ROOT
+from conftest import BIN_DIR, REPO_ROOT, run_kubectl
 
 MANIFEST = REPO_ROOT / "plugins" / "krew" / "ambient.yaml"
 VERSION = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
@@ -144,19 +144,9 @@ def test_kubectl_runs_the_installed_plugin(built: Path, tmp_path: Path) -> None:
     home = tmp_path / "home"
     (home / "bin").mkdir(parents=True)
     (home / "bin" / "kubectl-ambient").symlink_to(Path(sys.executable).parent / "kubectl-ambient")
-    env = {
-        **os.environ,
-        "PATH": f"{tmp_path / 'krew' / 'bin'}{os.pathsep}{os.environ['PATH']}",
-        "KUBECTL_AMBIENT_HOME": str(home),
-    }
     args = ["waypoint", "generate", "-n", "shop", "--kubeconfig", str(tmp_path / "none.yaml")]
-    done = subprocess.run(
-        [str(BIN_DIR / "kubectl"), "ambient", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-        env=env,
+    done = run_kubectl(
+        ["ambient", *args], tmp_path / "krew" / "bin", {"KUBECTL_AMBIENT_HOME": str(home)}
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""

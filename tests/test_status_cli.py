@@ -12,7 +12,6 @@ log shows that user only read.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,7 +27,7 @@ from ambient_devcluster.harness import get_mesh
 from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshStatus
 from ambient_operator.cli.status import agent_versions, platform_table, platforms
-from conftest import BIN_DIR, REPO_ROOT, grant, own_cluster, wait_for
+from conftest import REPO_ROOT, grant, own_cluster, run_kubectl, wait_for
 from operator_harness import AuditLog, RunningOperator
 
 GW_GROUP, GW_VERSION = "gateway.networking.k8s.io", "v1"
@@ -145,14 +144,15 @@ def status(kubeconfig: Path, *args: str, kubectl: bool = False) -> subprocess.Co
     """The command; with `kubectl`, as `kubectl ambient status` through the real kubectl,
     which finds the plugin on PATH."""
     here = Path(sys.executable).parent
-    argv = [str(BIN_DIR / "kubectl"), "ambient"] if kubectl else [str(here / "ambient-operator")]
+    argv = ["status", "--kubeconfig", str(kubeconfig), *args]
+    if kubectl:
+        return run_kubectl(["ambient", *argv], here)
     return subprocess.run(
-        [*argv, "status", "--kubeconfig", str(kubeconfig), *args],
+        [str(here / "ambient-operator"), *argv],
         capture_output=True,
         text=True,
         check=False,
         timeout=60,
-        env={**os.environ, "PATH": f"{here}{os.pathsep}{os.environ['PATH']}"},
     )
 
 

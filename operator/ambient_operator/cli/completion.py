@@ -74,6 +74,34 @@ def _walk(parser: argparse.ArgumentParser, path: str, out: Tables) -> None:
     out.options[path] = options
 
 
+# Cobra's directives, which kubectl reads from a plugin's completion program:
+# let the shell complete file names, or offer nothing more than what is listed.
+FILES_DIRECTIVE, NO_FILES_DIRECTIVE = 0, 4
+
+
+def candidates(t: Tables, words: list[str]) -> tuple[list[str], int]:
+    """What to offer after `words`, the last one being the word completed, and the
+    directive, walking the tables as the shell functions below do (for kubectl)."""
+    *typed, current = words or [""]
+    cmd, taken = t.prog, False
+    for word in typed:
+        if taken:
+            taken = False
+        elif f"{cmd} {word}" in t.values:
+            taken = True
+        elif not word.startswith("-") and word in t.subcommands.get(cmd, []):
+            cmd = f"{cmd} {word}"
+    values = t.values.get(f"{cmd} {typed[-1]}") if typed and taken else None
+    if values == [FILE]:
+        return [], FILES_DIRECTIVE
+    if values == [ANY]:
+        return [], NO_FILES_DIRECTIVE
+    if values is None:
+        kinds = (t.options,) if current.startswith("-") else (t.subcommands, t.words)
+        values = [w for table in kinds for w in table.get(cmd, [])]
+    return [v for v in values if v.startswith(current)], NO_FILES_DIRECTIVE
+
+
 def _function_name(prog: str) -> str:
     return "_" + re.sub(r"[^A-Za-z0-9_]", "_", prog)
 

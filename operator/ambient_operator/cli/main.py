@@ -281,10 +281,23 @@ def main(argv: Sequence[str] | None = None, prog: str = "ambient-operator") -> i
         return 1
 
 
+KUBECTL_PLUGIN = "kubectl ambient"
+
+
 def kubectl_main() -> int:
     """`kubectl ambient ...`: kubectl finds `kubectl-ambient` on PATH and hands it the
     arguments after `ambient` unchanged, `--kubeconfig`, `--context` and `-n` among them."""
-    return main(prog="kubectl ambient")
+    return main(prog=KUBECTL_PLUGIN)
+
+
+def kubectl_complete() -> int:
+    """`kubectl_complete-ambient`: kubectl (1.26+) runs it to complete `kubectl ambient ...`
+    with the words after `ambient`, the last being the one completed, and reads one
+    candidate a line, then `:<directive>` as cobra writes it."""
+    tables = completion_command.tables(build_parser(KUBECTL_PLUGIN), KUBECTL_PLUGIN)
+    offered, directive = completion_command.candidates(tables, sys.argv[1:])
+    sys.stdout.write("".join(f"{word}\n" for word in offered) + f":{directive}\n")
+    return 0
 
 
 if __name__ == "__main__":
