@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 NODES ?= operator/ambient_operator/samples/nodes-mixed.yaml
 CLUSTER_STATE ?= .cache/cluster
 
-.PHONY: all venv bins lint typecheck test demo cluster-up cluster-down crd docs bench clean
+.PHONY: all venv bins lint typecheck test demo cluster-up cluster-down crd docs krew bench clean
 
 all: test
 
@@ -49,6 +49,11 @@ docs: venv bins
 	$(PY) hack/gen_upstream_differences.py
 	$(PY) hack/gen_helm_values.py
 	$(PY) hack/gen_releases.py
+
+# The krew release archive of `kubectl ambient` (into .cache/krew) and the manifest
+# plugins/krew/ambient.yaml with its sha256 (tests/test_krew.py fails when it is stale).
+krew: venv
+	$(PY) hack/gen_krew.py
 
 # The tests mostly wait for a control plane, so the files run on TEST_WORKERS
 # processes, each with a local control plane of its own (conftest's session

@@ -5,11 +5,23 @@
 # fresh clone on the same machine reuses them; .cache/bin in the work tree
 # links to the current set. A pin change gives a new hash and a rebuild, and
 # so do extra linker flags (helm's), which are part of the hash when given.
+# A package added to a module's line is not in the hash: an entry that lacks
+# one of the line's programs is built again, so a warm cache gets it too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 store=${AMBIENT_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ambient-operator}
 mkdir -p "$store" .cache/bin .cache/gateway-api .cache/istio
+
+# The program `go build` makes of a package: its last path element, a major
+# version suffix (/v3) skipped; etcd's server module is renamed etcd below.
+program() { # program MODULE_DIR PACKAGE
+  local pkg=$2
+  if [[ ${pkg##*/} =~ ^v[0-9]+$ ]]; then pkg=${pkg%/*}; fi
+  pkg=${pkg##*/}
+  if [ "$1" = etcd ] && [ "$pkg" = server ]; then pkg=etcd; fi
+  printf '%s' "$pkg"
+}
 
 build() { # build MODULE_DIR [--ldflags FLAGS] PACKAGE...
   local dir=$1; shift
@@ -19,7 +31,10 @@ build() { # build MODULE_DIR [--ldflags FLAGS] PACKAGE...
   hash=$({ cat "hack/cluster/$dir/go.mod" "hack/cluster/$dir/go.sum"; [ -z "$extra" ] || printf '%s' "$extra"; } \
     | sha256sum | cut -c1-16)
   local out="$store/$dir-$hash"
-  if [ ! -f "$out/.complete" ]; then
+  local complete=yes pkg
+  [ -f "$out/.complete" ] || complete=""
+  for pkg in "$@"; do [ -f "$out/$(program "$dir" "$pkg")" ] || complete=""; done
+  if [ -z "$complete" ]; then
     echo "building $dir ($*) into $out" >&2
     rm -rf "$out.tmp" && mkdir -p "$out.tmp"
     (cd "hack/cluster/$dir" && go build -trimpath -ldflags="-s -w${extra:+ $extra}" -o "$out.tmp/" "$@")
@@ -81,6 +96,12 @@ done
 build helm --ldflags "$helm_flags" helm.sh/helm/v3/cmd/helm
 # istiod, run out of cluster against the local API server by the tests and the demo.
 build istio istio.io/istio/pilot/cmd/pilot-discovery
+# istioctl from the same istio.io/istio (hack/cluster/istioctl pins it, a module
+# of its own so that ../istio's entry stays): the tests run `istioctl analyze`.
+build istioctl istio.io/istio/istioctl/cmd/istioctl
+# krew, kubectl's plugin manager, and its manifest validator: the tests install
+# the plugin from the archive hack/gen_krew.py builds, with its manifest.
+build krew sigs.k8s.io/krew/cmd/krew sigs.k8s.io/krew/cmd/validate-krew-manifest
 istio_charts
 crds gateway-api-v1.4 v1.4
 crds gateway-api-v1.6 v1.6

@@ -19,9 +19,11 @@ import math
 import os
 import re
 import signal
+import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -33,6 +35,8 @@ from ambient_devcluster import (
     LocalCluster,
     api_client_for,
     apply_dirs,
+    apply_objects,
+    cluster_dns_service,
     create_nodes,
     default_bin_dir,
     find_processes,
@@ -85,6 +89,53 @@ BIN_DIR = default_bin_dir()
 def binaries_present(bin_dir: Path = BIN_DIR) -> bool:
     """Whether every control-plane program is built."""
     return all((bin_dir / b).exists() for b in BINARIES)
+
+
+def run_kubectl(
+    args: Sequence[str], plugins: Path, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The real kubectl with the folder `plugins` first on PATH, where it finds plugins
+    (`kubectl-ambient`, `kubectl_complete-ambient`); `env` adds to the environment."""
+    path = f"{plugins}{os.pathsep}{os.environ['PATH']}"
+    return subprocess.run(
+        [str(BIN_DIR / "kubectl"), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env={**os.environ, **(env or {}), "PATH": path},
+    )
+
+
+def grant(api: client.ApiClient, user: str, rules: list[dict[str, Any]]) -> None:
+    """A ClusterRole of `rules`, named after `user`, bound to that user."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    rbac.create_cluster_role({"metadata": {"name": user}, "rules": rules})
+    group = "rbac.authorization.k8s.io"
+    rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": user},
+            "roleRef": {"apiGroup": group, "kind": "ClusterRole", "name": user},
+            "subjects": [{"apiGroup": group, "kind": "User", "name": user}],
+        }
+    )
+
+
+@contextlib.contextmanager
+def own_cluster(
+    tmp_path_factory: pytest.TempPathFactory, name: str, *programs: str
+) -> Iterator[LocalCluster]:
+    """A control plane of a module's own: our CRDs, Gateway API v1.6, the sample nodes
+    and the cluster DNS Service. `programs` are more binaries the module needs."""
+    missing = [p for p in programs if not (BIN_DIR / p).exists()]
+    if not binaries_present() or missing:
+        pytest.fail(f"binaries missing in {BIN_DIR} ({missing}); run hack/build-binaries.sh")
+    with LocalCluster(tmp_path_factory.mktemp(name), bin_dir=BIN_DIR) as local:
+        with local.api_client() as api:
+            apply_dirs(api, [REPO_ROOT / "crds", gateway_api_dir("v1.6")], timeout=60)
+            create_nodes(api, SAMPLE_NODES, timeout=60)
+            apply_objects(api, [cluster_dns_service()])
+        yield local
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

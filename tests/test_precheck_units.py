@@ -398,11 +398,11 @@ def test_windows_pods_missing_the_workaround_are_the_webhooks_decision(workaroun
         _pod("plain", "not-enrolled", "win-2022"),
     ]
     mesh = {"metadata": {"name": "default"}, "spec": {"newPodWorkaround": {"enabled": workaround}}}
-    assert pc._windows_misses(pods, namespaces, mesh, nodes, {}) == [
+    assert pc.windows_misses(pods, namespaces, mesh, nodes, {}) == [
         "apps/exposed: ScheduledOnPreWS2025Node: bound to node win-2022 (build 10.0.20348)"
     ]
     # Before installing: the defaults decide.
-    assert len(pc._windows_misses(pods, namespaces, None, nodes, {})) == 1
+    assert len(pc.windows_misses(pods, namespaces, None, nodes, {})) == 1
 
 
 # -- helm-releases: what spec.adopt would do ---------------------------------------------------

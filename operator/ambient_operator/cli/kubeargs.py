@@ -18,6 +18,7 @@ def add_kube_flags(parser: argparse.ArgumentParser) -> None:
     """Add --kubeconfig and --context to a command."""
     parser.add_argument(
         "--kubeconfig",
+        metavar="FILE",
         default=os.environ.get("KUBECONFIG"),
         help="kubeconfig file (default: $KUBECONFIG, else in-cluster)",
     )

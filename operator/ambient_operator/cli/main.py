@@ -1,4 +1,5 @@
-"""`ambient-operator` command line: crd, render, run, waypoint, precheck, import-values."""
+"""`ambient-operator` command line: crd, render, run, waypoint, precheck, status, import-values,
+completion."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from ambient_operator.api import crdgen
+from ambient_operator.cli import completion as completion_command
 from ambient_operator.cli import import_values as import_values_command
 from ambient_operator.cli import precheck as precheck_command
 from ambient_operator.cli import render as render_command
+from ambient_operator.cli import status as status_command
 from ambient_operator.cli import waypoint as waypoint_command
 from ambient_operator.kube.credentials import CredentialsError
 
@@ -110,6 +113,7 @@ def _add_run(sub: Any) -> None:
     run = sub.add_parser("run", help="run the operator against the current cluster")
     run.add_argument(
         "--kubeconfig",
+        metavar="FILE",
         default=os.environ.get("KUBECONFIG"),
         help="kubeconfig file (default: $KUBECONFIG, else in-cluster)",
     )
@@ -230,6 +234,7 @@ def _add_webhook_flags(run: Any) -> None:
     )
     hook.add_argument(
         "--webhook-cert-dir",
+        metavar="DIR",
         default=_env("WEBHOOK_CERT_DIR", ""),
         help="use tls.crt, tls.key and ca.crt from this folder (e.g. a cert-manager Secret) "
         "instead of the operator's own Secret [AMBIENT_OPERATOR_WEBHOOK_CERT_DIR]",
@@ -258,7 +263,9 @@ def build_parser(prog: str = "ambient-operator") -> argparse.ArgumentParser:
     _add_run(sub)
     waypoint_command.add_parser(sub)
     precheck_command.add_parser(sub)
+    status_command.add_parser(sub)
     import_values_command.add_parser(sub)
+    completion_command.add_parser(sub, root=parser)
     return parser
 
 
@@ -274,10 +281,23 @@ def main(argv: Sequence[str] | None = None, prog: str = "ambient-operator") -> i
         return 1
 
 
+KUBECTL_PLUGIN = "kubectl ambient"
+
+
 def kubectl_main() -> int:
     """`kubectl ambient ...`: kubectl finds `kubectl-ambient` on PATH and hands it the
     arguments after `ambient` unchanged, `--kubeconfig`, `--context` and `-n` among them."""
-    return main(prog="kubectl ambient")
+    return main(prog=KUBECTL_PLUGIN)
+
+
+def kubectl_complete() -> int:
+    """`kubectl_complete-ambient`: kubectl (1.26+) runs it to complete `kubectl ambient ...`
+    with the words after `ambient`, the last being the one completed, and reads one
+    candidate a line, then `:<directive>` as cobra writes it."""
+    tables = completion_command.tables(build_parser(KUBECTL_PLUGIN), KUBECTL_PLUGIN)
+    offered, directive = completion_command.candidates(tables, sys.argv[1:])
+    sys.stdout.write("".join(f"{word}\n" for word in offered) + f":{directive}\n")
+    return 0
 
 
 if __name__ == "__main__":

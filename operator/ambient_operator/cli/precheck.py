@@ -54,7 +54,7 @@ LEVEL_MARKS = {
 }
 
 
-class _Reader:
+class Reader:
     """GETs and LISTs that name what they could not read instead of failing."""
 
     def __init__(self, kube: Kube) -> None:
@@ -124,7 +124,7 @@ def _mesh_spec(mesh: Mapping[str, Any] | None, unreadable: list[str]) -> Ambient
         return AmbientMeshSpec()
 
 
-def _windows_misses(
+def windows_misses(
     pods: Iterable[Mapping[str, Any]],
     namespaces: Mapping[str, Mapping[str, str]],
     mesh: Mapping[str, Any] | None,
@@ -156,7 +156,7 @@ def _windows_misses(
     return sorted(out)
 
 
-def _webhook(read: _Reader) -> p.Webhook:
+def _webhook(read: Reader) -> p.Webhook:
     config = read.get(WEBHOOK_CONFIG, CONFIG_NAME)
     if config is None:
         return p.Webhook()
@@ -177,7 +177,7 @@ def _webhook(read: _Reader) -> p.Webhook:
     return p.Webhook(configured=True, service=f"{namespace}/{name}", ready_endpoints=ready)
 
 
-def _helm(read: _Reader, namespace: str) -> dict[str, Any]:
+def _helm(read: Reader, namespace: str) -> dict[str, Any]:
     """The Helm releases of Istio's agent charts in `namespace`, and what spec.adopt reads."""
     try:
         releases = {
@@ -216,7 +216,7 @@ def _held(mesh: Mapping[str, Any] | None) -> HeldTemplates | None:
 
 def snapshot(kube: Kube) -> p.Snapshot:
     """Read everything the checks judge (GET and LIST only)."""
-    read = _Reader(kube)
+    read = Reader(kube)
     version, version_text = _kube_version(kube)
     nodes = read.items(KINDS[("v1", "Node")])
     mesh = read.get(MESH, c.MESH_NAME) if read.served(MESH) else None
@@ -245,7 +245,7 @@ def snapshot(kube: Kube) -> p.Snapshot:
         for rc in read.items(RUNTIME_CLASS)
     }
     helm = _helm(read, spec.namespace)
-    misses = _windows_misses(
+    misses = windows_misses(
         read.items(KINDS[("v1", "Pod")]), namespaces, mesh, facts, runtime_classes
     )
     return p.Snapshot(

@@ -34,6 +34,8 @@ DEPLOYMENT = KINDS[("apps/v1", "Deployment")]
 EXIT_FAILED = 1
 # Who deploys the waypoints of each class (the WHOSE column).
 OURS, ISTIOD = "ambient-operator", "istiod"
+# `list -A`'s columns; without -A, all but NAMESPACE.
+LIST_COLUMNS = ["NAMESPACE", "NAME", "REVISION", "TRAFFIC TYPE", "PROGRAMMED", "WHOSE", "OS"]
 
 
 def waypoint_gateway(
@@ -60,6 +62,11 @@ def class_name(kube: Kube) -> str:
         mesh = kube.get(MESH, c.MESH_NAME)
     except KubeError:
         mesh = None
+    return class_of(mesh)
+
+
+def class_of(mesh: dict[str, Any] | None) -> str:
+    """The GatewayClass an AmbientMesh names for its waypoints (the default without one)."""
     try:
         spec = AmbientMeshSpec.model_validate((mesh or {}).get("spec") or {})
     except ValidationError:
@@ -177,25 +184,29 @@ def _gateways(kube: Kube, namespace: str | None) -> list[dict[str, Any]]:
     return kube.list(GATEWAY, namespace)
 
 
+def listed_rows(
+    gateways: list[dict[str, Any]], deployments: list[dict[str, Any]], our_class: str
+) -> list[dict[str, str]]:
+    """`waypoint_rows` of listed Gateways and Deployments (`list`, and `status`'s section)."""
+    by_key = {
+        (str(d["metadata"].get("namespace")), str(d["metadata"]["name"])): d for d in deployments
+    }
+    return waypoint_rows(gateways, by_key, our_class)
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
     kube = kube_for(args)
     namespace = None if args.all_namespaces else args.namespace
     try:
         gateways = _gateways(kube, namespace)
-        deployments = {
-            (str(d["metadata"].get("namespace")), str(d["metadata"]["name"])): d
-            for d in kube.list(DEPLOYMENT, namespace)
-        }
-        rows = waypoint_rows(gateways, deployments, class_name(kube))
+        rows = listed_rows(gateways, kube.list(DEPLOYMENT, namespace), class_name(kube))
     except KubeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
     if not rows:
         print("No waypoints found.")
         return 0
-    columns = ["NAME", "REVISION", "TRAFFIC TYPE", "PROGRAMMED", "WHOSE", "OS"]
-    if args.all_namespaces:
-        columns.insert(0, "NAMESPACE")
+    columns = LIST_COLUMNS if args.all_namespaces else LIST_COLUMNS[1:]
     sys.stdout.write(table(rows, columns))
     return 0
 
