@@ -319,8 +319,11 @@ def test_what_installation_md_says_the_operator_may_write(
         ("delete", ("ambient-waypoint",)),
     }
     # "the MutatingWebhookConfiguration is applied by its name, ambient-operator, only".
-    hooks = {n for _, _, r, _, n in grants if r == "mutatingwebhookconfigurations"}
+    hooks = {n for _, _, r, _, n in writes if r == "mutatingwebhookconfigurations"}
     assert hooks == {("ambient-operator",)}
+    # Others' are only listed and watched (istiod's revision tags).
+    read = {(v, n) for _, _, r, v, n in grants - writes if r == "mutatingwebhookconfigurations"}
+    assert read == {("get", ("ambient-operator",)), ("list", ()), ("watch", ())}
     # "Never: Pods, pods/status, Nodes (unless nodeReadiness.enabled), Namespaces,
     # any RBAC object, impersonation, CRDs, Secrets other than its own."
     never = {"pods", "pods/status", "nodes", "namespaces", "customresourcedefinitions"}

@@ -90,6 +90,9 @@ class ClusterState:
     namespaces: dict[str, dict[str, Any]] = field(default_factory=dict)
     pods: dict[tuple[str, str], PodSummary] = field(default_factory=dict)
     gateways: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    # istiod's revision tags: MutatingWebhookConfigurations istio-revision-tag-*
+    # by name, their metadata only (cluster/revisions.py reads the labels).
+    revision_tags: dict[str, dict[str, Any]] = field(default_factory=dict)
     trigger: asyncio.Event = field(default_factory=asyncio.Event)
     # Whether a pending change can alter what we write (a node, the spec, one
     # of our objects) rather than only what status reports (pods, rollouts).

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ambient_operator.api import constants as c
+from ambient_operator.cluster.revisions import LABEL_TAG, TAG_WEBHOOK_PREFIX
 from ambient_operator.cluster.state import ClusterState
 from ambient_operator.kube.resources import KINDS, Kind, cached_copy, key_of
 
@@ -190,6 +191,19 @@ def state_watches(state: ClusterState, owned_kinds: Sequence[tuple[str, str]]) -
 
         return forget
 
+    def record_tag(event: str | None, body: Mapping[str, Any]) -> None:
+        name = _name(body)
+        if event == "DELETED":
+            state.revision_tags.pop(name, None)
+        else:
+            # The labels name the tag and its revision; the webhooks are not read.
+            meta = body.get("metadata") or {}
+            entry = {"metadata": {"name": name, "labels": dict(meta.get("labels") or {})}}
+            if state.revision_tags.get(name) == entry:
+                return
+            state.revision_tags[name] = entry
+        state.poke()
+
     def forget_mesh(_key: Key) -> None:
         state.mesh = None
         state.poke()
@@ -259,6 +273,15 @@ def state_watches(state: ClusterState, owned_kinds: Sequence[tuple[str, str]]) -
             when=istiod_or_dns,
             cached=lambda: dict(state.deployments),
             forget=forget_in(state.deployments, lambda key: key),
+        ),
+        Watched(
+            "revision-tags",
+            KINDS[("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")],
+            record_tag,
+            labels={LABEL_TAG: None},
+            when=lambda name, _ns, _labels: name.startswith(TAG_WEBHOOK_PREFIX),
+            cached=lambda: {("", name): tag for name, tag in state.revision_tags.items()},
+            forget=forget_in(state.revision_tags, lambda key: key[1]),
         ),
         *(owned_row(*kind) for kind in owned_kinds),
     ]

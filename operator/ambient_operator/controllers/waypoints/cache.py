@@ -73,6 +73,7 @@ class WaypointCache:
         self.vanished: set[GatewayKey] = set()
         self._spec_seen: Any = None
         self._windows_seen: bool | None = None
+        self._revisions_seen: Any = None
         self._last_full = time.monotonic()
         self._failures: dict[GatewayKey, int] = {}
         self._awaiting_namespace: str | None = None

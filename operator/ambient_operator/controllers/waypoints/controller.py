@@ -18,6 +18,7 @@ from ambient_operator.api import metrics
 from ambient_operator.api.conditions import ErrorReason
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.cluster.facts import node_os
+from ambient_operator.cluster.revisions import revision_inputs
 from ambient_operator.controllers.waypoints.common import (
     CONCURRENCY,
     METRICS_NAME,
@@ -80,6 +81,12 @@ class WaypointController(WaypointReports):
             self.mark_all()
         if time.monotonic() - self._last_full >= self.resync_seconds:
             self._last_full = time.monotonic()
+            self.mark_all()
+        # A tag moved, or a namespace's istio.io/rev: any waypoint may talk to
+        # another istiod now (cluster/revisions.py).
+        revisions = revision_inputs(self.state.revision_tags, self.state.namespaces)
+        if revisions != self._revisions_seen:
+            self._revisions_seen = revisions
             self.mark_all()
         windows = any(node_os(node) == "windows" for node in list(self.state.nodes.values()))
         if windows != self._windows_seen:

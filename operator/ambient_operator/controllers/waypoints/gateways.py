@@ -12,6 +12,12 @@ from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.apply.ownership import applies_field, conflict
 from ambient_operator.apply.plan import Owner, plan, prepare
 from ambient_operator.apply.writer import NameConflictError, hand_over, write
+from ambient_operator.cluster.revisions import (
+    RevisionChoice,
+    revision_tags,
+    waypoint_revision,
+    with_revision,
+)
 from ambient_operator.controllers.waypoints.classes import WaypointClasses
 from ambient_operator.controllers.waypoints.common import (
     GATEWAY,
@@ -141,8 +147,13 @@ class WaypointGateways(WaypointClasses):
         )
         names = names_of(gateway)
         foreign = await self._foreign_service_account(key, gateway, owner, names)
+        revision = self.revision_of(spec, gateway)
         result = render_waypoint(
-            spec, gateway, gateway_class, self._config_data(), foreign_service_account=foreign
+            with_revision(spec, revision),
+            gateway,
+            gateway_class,
+            self._config_data(),
+            foreign_service_account=foreign,
         )
         errors: list[str] = []
         conflicts: list[str] = []
@@ -174,6 +185,17 @@ class WaypointGateways(WaypointClasses):
         )
         # A conflict is retried with backoff too: the name may be freed.
         return ok and not errors and not conflicts
+
+    def revision_of(self, spec: AmbientMeshSpec, gateway: Mapping[str, Any]) -> RevisionChoice:
+        """The istiod revision a Gateway's waypoint talks to (cluster/revisions.py)."""
+        meta = gateway.get("metadata") or {}
+        namespace = self.state.namespaces.get(str(meta.get("namespace"))) or {}
+        return waypoint_revision(
+            meta.get("labels") or {},
+            namespace.get("labels") or {},
+            spec.istiod.revision,
+            revision_tags(self.state.revision_tags.values()),
+        )
 
     def _owned(self, key: GatewayKey, owner: Owner) -> dict[ObjectKey, dict[str, Any]]:
         return {
