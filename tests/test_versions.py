@@ -6,6 +6,7 @@ chart rendered by the real helm (the Deployment a user's install makes).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -549,14 +550,16 @@ def test_returning_the_tag_to_its_previous_value_is_a_rollback_in_the_same_order
         (WS2025, "current", "hub/ztunnel:1.30.4"),
     ]
     status = version_status(_tagged(OLD), back, None, before=upgraded)
-    assert (status.previous, status.rollback) == ("1.31.0", True)
+    assert (status.previous, status.rollback) == ("1.31.0", "from 1.31.0 to 1.30.4")
     assert rollout_message(back, None, status) == (
         "rolling the agents back from 1.31.0 to 1.30.4, in the same order as a change: Linux, "
         "then each Windows build; the agents on Linux are being replaced (istio-cni: new image; "
         "ztunnel: new image)"
     )
     # Still one on the next pass, and no more once every platform runs it.
-    assert version_status(_tagged(OLD), back, None, before=status).rollback
+    assert version_status(_tagged(OLD), back, None, before=status).rollback == (
+        "from 1.31.0 to 1.30.4"
+    )
     done = decide(ORDER, _images(OLD), _running({p: OLD for p in ORDER}))
     after = version_status(_tagged(OLD), done, None, before=status)
     assert (after.previous, after.rollback) == ("1.31.0", None)
@@ -568,8 +571,88 @@ def test_a_change_to_an_older_version_than_runs_is_a_rollback() -> None:
     status = version_status(
         _tagged("1.30.9"), decide(ORDER, _images("1.30.9"), running), None, before=before
     )
-    assert (status.previous, status.rollback) == ("1.31.0", True)
+    assert (status.previous, status.rollback) == ("1.31.0", "from 1.31.0 to 1.30.9")
     newer = version_status(
         _tagged("1.31.1"), decide(ORDER, _images("1.31.1"), running), None, before=before
     )
     assert (newer.previous, newer.rollback) == ("1.31.0", None)
+
+
+def _at(revision: str | None) -> dict[Any, RunningAgent]:
+    """Every platform settled at OLD, ztunnel serving `revision`."""
+    return {
+        key: dataclasses.replace(agent, revision=revision if key[1] == "ztunnel" else None)
+        for key, agent in _running({p: OLD for p in ORDER}).items()
+    }
+
+
+def test_a_new_istiod_revision_moves_linux_first() -> None:
+    rollout = decide(ORDER, _images(OLD), _at("stable"), "canary")
+    assert [(p.platform, p.state, p.revision) for p in rollout.platforms] == [
+        ("linux", "rolling", "canary"),
+        (WS2022, "waiting", "stable"),
+        (WS2025, "waiting", "stable"),
+    ]
+    assert rollout.platforms[0].why == "ztunnel: new istiod revision"
+    assert rollout_message(rollout) == (
+        "the agents on Linux are being replaced (ztunnel: new istiod revision); Windows Server "
+        "2022 (10.0.20348), Windows Server 2025 (10.0.26100) keep the istiod revision and "
+        "images they run until Linux is Ready (a change of the agents' images or istiod "
+        "revision rolls one platform at a time: Linux, then each Windows build)"
+    )
+    # Nothing moves when the revision is the one they serve.
+    same = decide(ORDER, _images(OLD), _at("canary"), "canary")
+    assert [p.state for p in same.platforms] == ["current"] * 3
+
+
+def test_a_waiting_windows_build_keeps_its_revisions_istiod() -> None:
+    spec = _revised("canary")
+    facts = ClusterFacts(
+        NODES,
+        "10.96.0.22",
+        "10.96.0.10",
+        agents=_at("stable"),
+        istiod_ips={"istiod-stable": "10.96.0.21", "istiod-canary": "10.96.0.22"},
+    )
+    result = render_dataplane(spec, facts)
+    ztunnels = {
+        o["metadata"]["name"]: o
+        for o in result.objects
+        if o["kind"] == "DaemonSet" and o["metadata"]["name"].startswith("ztunnel")
+    }
+    revisions = {
+        name: ds["spec"]["template"]["metadata"]["annotations"].get("istio.io/rev")
+        for name, ds in ztunnels.items()
+    }
+    assert revisions == {
+        "ztunnel": "canary",
+        "ztunnel-windows-ltsc2022": "stable",
+        "ztunnel-windows-ltsc2025": "stable",
+    }
+    env = {
+        e["name"]: e.get("value")
+        for e in ztunnels["ztunnel-windows-ltsc2022"]["spec"]["template"]["spec"]["containers"][0][
+            "env"
+        ]
+    }
+    assert env["XDS_ADDRESS"] == "10.96.0.21:15012", env
+
+
+def test_returning_the_revision_is_a_rollback() -> None:
+    moved = decide(ORDER, _images(OLD), _at("canary"), "canary")
+    start = version_status(_tagged(OLD), moved, None)
+    at_canary = version_status(_revised("canary"), moved, None, before=start)
+    assert (at_canary.revision, at_canary.previous_revision) == ("canary", "default")
+    back = decide(ORDER, _images(OLD), _at("canary"), None)
+    status = version_status(_tagged(OLD), back, None, before=at_canary)
+    assert (status.revision, status.previous_revision, status.rollback) == (
+        "default",
+        "canary",
+        "from istiod revision canary to default",
+    )
+
+
+def _revised(revision: str) -> AmbientMeshSpec:
+    return AmbientMeshSpec.model_validate(
+        {"images": {"tag": OLD}, "istiod": {"revision": revision}}
+    )

@@ -371,6 +371,7 @@ def test_a_version_change_rolls_linux_first_then_each_windows_build(
         "newestPatch": "1.31.1",
         "waiting": [],
         "previous": old,
+        "revision": "default",
     }
 
 
@@ -456,6 +457,7 @@ def test_with_the_tag_unset_the_agents_follow_istiod_linux_first(
         "note": f"follows istiod {new}-distroless",
         "waiting": [],
         "previous": old,
+        "revision": "default",
     }
 
 

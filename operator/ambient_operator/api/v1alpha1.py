@@ -1155,11 +1155,23 @@ class VersionStatus(ApiModel):
         description="dataPlane before its last change: setting spec.images.tag back to it is a "
         "rollback.",
     )
-    rollback: bool | None = Field(
+    revision: str | None = Field(
         default=None,
-        description="True while the change under way sets the agents back: to the value "
-        "dataPlane had before `previous`, or to an older version than a platform runs. A "
-        "rollback goes in the same order as any change: Linux, then each Windows build.",
+        description="The istiod revision the agents serve or roll to (spec.istiod.revision; "
+        "default: the istiod installed without one).",
+    )
+    previous_revision: str | None = Field(
+        default=None,
+        description="`revision` before its last change: setting spec.istiod.revision back to it "
+        "is a rollback.",
+    )
+    rollback: str | None = Field(
+        default=None,
+        description="Set while the change under way sets the agents back (what goes back, "
+        "`from 1.31.0 to 1.30.4`): spec.images.tag "
+        "or spec.istiod.revision to the value before `previous` or `previousRevision`, or the "
+        "tag to an older version than a platform runs. A rollback goes in the same order as "
+        "any change: Linux, then each Windows build.",
     )
 
 

@@ -155,6 +155,9 @@ class ClusterFacts:
     # Whether NetworkAttachmentDefinitions (Multus) can be written: granted to
     # the operator and served by the API server (NETWORK_ATTACHMENTS_*).
     network_attachments: str = NETWORK_ATTACHMENTS_SERVED
+    # ClusterIPs of every istiod Service in spec.namespace by name: a platform
+    # still at another revision during a rollout dials its own.
+    istiod_ips: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     @classmethod
     def from_nodes(

@@ -100,18 +100,21 @@ def waypoint_revision(
     return RevisionChoice(mesh_revision or None, "mesh")
 
 
-def with_revision(spec: AmbientMeshSpec, choice: RevisionChoice) -> AmbientMeshSpec:
-    """`spec` as one waypoint is rendered with: istiod at the chosen revision.
+def at_revision(spec: AmbientMeshSpec, revision: str | None) -> AmbientMeshSpec:
+    """`spec` with istiod at `revision` (None: the Service istiod).
 
     The revision picks the Service `istiod-<revision>` (spec.istiod.service);
     an explicit spec.istiod.serviceName or address still wins, and then only
-    the waypoint's istio.io/rev says the revision.
+    istio.io/rev says the revision.
     """
-    if choice.revision == spec.istiod.revision:
+    if revision == spec.istiod.revision:
         return spec
-    return spec.model_copy(
-        update={"istiod": spec.istiod.model_copy(update={"revision": choice.revision})}
-    )
+    return spec.model_copy(update={"istiod": spec.istiod.model_copy(update={"revision": revision})})
+
+
+def with_revision(spec: AmbientMeshSpec, choice: RevisionChoice) -> AmbientMeshSpec:
+    """`spec` as one waypoint is rendered with: istiod at the chosen revision."""
+    return at_revision(spec, choice.revision)
 
 
 def revision_inputs(

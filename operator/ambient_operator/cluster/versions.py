@@ -191,6 +191,9 @@ class RunningAgent:
     settled: bool
     updating: bool
     progress: str = ""
+    # ztunnel's istiod revision (its pod template's istio.io/rev; None: the
+    # Service istiod). istio-cni serves every revision and says none.
+    revision: str | None = None
 
 
 # Image variants a tag may carry: not part of the version the agents follow.

@@ -40,6 +40,7 @@ from ambient_operator.cluster.versions import RunningAgent, workload_image
 from ambient_operator.kube.client import Kube, KubeError
 from ambient_operator.kube.resources import KINDS, ObjectKey
 from ambient_operator.render import RenderResult
+from ambient_operator.render.values import ZTUNNEL
 from ambient_operator.status.components import (
     daemonset_placed,
     daemonset_ready,
@@ -185,6 +186,11 @@ class DataplaneMoves:
         return ClusterFacts(
             nodes=nodes,
             istiod_ip=self._service_ip(spec.namespace, spec.istiod.service()),
+            istiod_ips={
+                name: ip
+                for (namespace, name) in self.state.services
+                if namespace == spec.namespace and (ip := self._service_ip(namespace, name))
+            },
             dns_ip=self._service_ip(*CLUSTER_DNS),
             kube_version=self.kube_version,
             moving_from=tuple(moving_from),
@@ -213,8 +219,14 @@ class DataplaneMoves:
             if not platform or not component:
                 continue
             settled, updating, progress = daemonset_settled(live)
+            template = (live.get("spec") or {}).get("template") or {}
+            annotations = (template.get("metadata") or {}).get("annotations") or {}
             out[(platform, component)] = RunningAgent(
-                workload_image(live), settled, updating, progress
+                workload_image(live),
+                settled,
+                updating,
+                progress,
+                annotations.get(c.LABEL_REVISION) if component == ZTUNNEL else None,
             )
         return out
 

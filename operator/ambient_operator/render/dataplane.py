@@ -20,6 +20,7 @@ from ambient_operator.cluster.facts import (
     ClusterFacts,
     NodeFacts,
 )
+from ambient_operator.cluster.revisions import at_revision
 from ambient_operator.render import placement as pl
 from ambient_operator.render import values as v
 from ambient_operator.render.model import (
@@ -361,7 +362,9 @@ def _ztunnel(
         values["volumes"] = _dumped(spec.ztunnel.volumes)
         values["volume_mounts"] = _dumped(spec.ztunnel.volume_mounts)
     else:
-        values["istiod"], _ = v.windows_istiod(spec, facts.istiod_ip)
+        # A platform kept at another revision dials that revision's Service.
+        ip = facts.istiod_ips.get(spec.istiod.service(), facts.istiod_ip)
+        values["istiod"], _ = v.windows_istiod(spec, ip)
         values["dns_ip"], _ = v.windows_dns(facts.dns_ip, spec)
     return _with_extra_env(spec, v.ZTUNNEL, template, values, own, warnings, set())
 
@@ -737,8 +740,10 @@ def render_dataplane(
         [p.name for p in platforms],
         {p.name: _wanted_images(spec, p) for p in platforms},
         facts.agents,
+        spec.istiod.revision,
     )
     images = {p.platform: p.images for p in rollout.platforms}
+    revisions = {p.platform: p.revision for p in rollout.platforms}
     plans: list[DaemonSetPlan] = []
     daemonsets: list[dict[str, Any]] = []
     configs: list[dict[str, Any]] = []
@@ -749,7 +754,16 @@ def render_dataplane(
         cni = _istio_cni(spec, plat, images[plat.name][v.ISTIO_CNI], warnings, config_keys)
         pair: tuple[tuple[Component, dict[str, Any]], ...] = (
             (v.ISTIO_CNI, cni),
-            (v.ZTUNNEL, _ztunnel(spec, facts, plat, images[plat.name][v.ZTUNNEL], warnings)),
+            (
+                v.ZTUNNEL,
+                _ztunnel(
+                    at_revision(spec, revisions[plat.name]),
+                    facts,
+                    plat,
+                    images[plat.name][v.ZTUNNEL],
+                    warnings,
+                ),
+            ),
         )
         for component, obj in pair:
             daemonsets.append(obj)

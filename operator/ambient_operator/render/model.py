@@ -64,6 +64,9 @@ class PlatformRollout:
     why: str = ""
     # rolling only because its pods are not all available yet, with no new template.
     settling: bool = False
+    # The istiod revision its ztunnel is rendered with this pass (None: the Service
+    # istiod); a waiting platform keeps the one it runs.
+    revision: str | None = None
 
 
 @dataclass(frozen=True)

@@ -24,18 +24,23 @@ from collections.abc import Mapping, Sequence
 
 from ambient_operator.cluster.versions import RunningAgent
 from ambient_operator.render.model import Component, OrderedRollout, PlatformRollout
+from ambient_operator.render.values import ZTUNNEL
 
 
 def decide(
     order: Sequence[str],
     wanted: Mapping[str, Mapping[Component, str]],
     running: Mapping[tuple[str, str], RunningAgent],
+    revision: str | None = None,
 ) -> OrderedRollout:
-    """Each platform's images for this pass, in rollout order.
+    """Each platform's images and istiod revision for this pass, in rollout order.
 
     `order` lists the platforms in rollout order; `wanted` gives, per
     platform, each component's image as the spec asks; `running` the live
-    DaemonSets by (platform, component).
+    DaemonSets by (platform, component); `revision` the istiod revision the
+    spec asks ztunnel to serve (spec.istiod.revision). A platform whose
+    ztunnel serves another revision is moved like one that runs another
+    image: in order, keeping the revision it has until its turn.
     """
     out: list[PlatformRollout] = []
     blocker: str | None = None
@@ -48,30 +53,45 @@ def decide(
         }
         have = {comp: str(agent.image) for comp, agent in live.items()}
         differs = [comp for comp in want if comp in have and have[comp] != want[comp]]
-        if blocker is not None and differs:
+        serving = live[ZTUNNEL].revision if ZTUNNEL in live else revision
+        moves = serving != revision
+        if blocker is not None and (differs or moves):
             keep = {comp: have[comp] if comp in differs else want[comp] for comp in want}
-            out.append(PlatformRollout(platform, "waiting", keep, have, blocker))
+            out.append(PlatformRollout(platform, "waiting", keep, have, blocker, revision=serving))
             continue
         unsettled = [
-            f"{comp}: {'new image' if comp in differs else agent.progress}"
+            f"{comp}: {_change(comp in differs, moves and comp == ZTUNNEL) or agent.progress}"
             for comp, agent in sorted(live.items())
-            if comp in differs or not agent.settled
+            if comp in differs or (moves and comp == ZTUNNEL) or not agent.settled
         ]
-        updating = bool(differs) or any(agent.updating for agent in live.values())
+        updating = bool(differs) or moves or any(agent.updating for agent in live.values())
         if unsettled or updating:
             why = "; ".join(unsettled) or "rollout not observed yet"
             # Pods merely starting (a node joined) are no rollout, unless they hold one back.
             held = not updating
-            out.append(PlatformRollout(platform, "rolling", want, have, why, settling=held))
+            out.append(
+                PlatformRollout(
+                    platform, "rolling", want, have, why, settling=held, revision=revision
+                )
+            )
             blocker = blocker or platform
         else:
-            out.append(PlatformRollout(platform, "current", want, have))
+            out.append(PlatformRollout(platform, "current", want, have, revision=revision))
     if not any(p.state == "waiting" for p in out):
         out = [
-            PlatformRollout(p.platform, "current", p.images, p.running) if p.settling else p
+            PlatformRollout(p.platform, "current", p.images, p.running, revision=p.revision)
+            if p.settling
+            else p
             for p in out
         ]
     return OrderedRollout(tuple(out))
+
+
+def _change(image: bool, revision: bool) -> str:
+    """What is new for one agent: its image, its istiod revision, or both ('' for neither)."""
+    return "; ".join(
+        what for what, new in (("new image", image), ("new istiod revision", revision)) if new
+    )
 
 
 def release_held(rollout: OrderedRollout, approved: Mapping[str, Sequence[bool]]) -> frozenset[str]:

@@ -14,6 +14,7 @@ from ambient_operator.api import constants as c
 from ambient_operator.api.conditions import MeshReason, Problem
 from ambient_operator.api.releases import newest_patch
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec, VersionStatus
+from ambient_operator.cluster.revisions import DEFAULT_REVISION
 from ambient_operator.cluster.versions import (
     AgentTag,
     Version,
@@ -117,8 +118,8 @@ def rollout_message(
     parts = []
     if versions is not None and versions.rollback:
         parts.append(
-            f"rolling the agents back from {versions.previous} to {versions.data_plane}, in "
-            "the same order as a change: Linux, then each Windows build"
+            f"rolling the agents back {versions.rollback}, in the same order as a change: "
+            "Linux, then each Windows build"
         )
     if chosen is not None and chosen.source == "istiod":
         was = sorted({str(v) for _, image in _running(rollout) if (v := image_version(image))})
@@ -132,9 +133,16 @@ def rollout_message(
         )
     if waiting:
         names = ", ".join(platform_name(p.platform) for p in waiting)
+        target = next((p.revision for p in rollout.platforms if p.state != "waiting"), None)
+        moving = any(p.revision != target for p in waiting)
+        kept, change = (
+            ("the istiod revision and images", "images or istiod revision")
+            if moving
+            else ("the images", "images")
+        )
         parts.append(
-            f"{names} keep the images they run until {platform_name(waiting[0].why)} is Ready "
-            "(a change of the agents' images rolls one platform at a time: Linux, then each "
+            f"{names} keep {kept} they run until {platform_name(waiting[0].why)} is Ready "
+            f"(a change of the agents' {change} rolls one platform at a time: Linux, then each "
             "Windows build)"
         )
     if rolling is not None and rolling.platform != PLATFORM_LINUX and ZTUNNEL in rolling.images:
@@ -142,27 +150,49 @@ def rollout_message(
     return "; ".join(parts)
 
 
-def rollback(
-    tag: str, rollout: OrderedRollout, before: VersionStatus | None
-) -> tuple[str | None, bool]:
-    """(status.versions.previous, .rollback) for the agents' `tag` this pass.
+def _back(value: str, was: str | None, before_was: str | None) -> tuple[str | None, bool]:
+    """(the value before the last change, whether this one returns to it) for one setting.
 
-    `before` is the last pass's status.versions. A change of the tag records
-    the value it left; a change back to the value recorded before it is a
-    rollback, and so is a change to an older version than a platform runs.
-    It stays one until every platform runs the tag.
+    `was` is the setting in the last pass, `before_was` what it was before that.
+    """
+    if value == was:
+        return before_was, False
+    return was, value == before_was
+
+
+def rollback(
+    tag: str, revision: str, rollout: OrderedRollout, before: VersionStatus | None
+) -> tuple[str | None, str | None, str | None]:
+    """(status.versions.previous, .previousRevision, .rollback) this pass.
+
+    `before` is the last pass's status.versions. A change of the agents' tag
+    or istiod revision records the value it left; a change back to the value
+    recorded before it is a rollback, and so is a change to an older version
+    than a platform runs. It stays one, saying what goes back, until every
+    platform has it.
     """
     if before is None:
-        return None, False
+        return None, None, None
     rolling = rollout.first("rolling") is not None or bool(rollout.waiting())
-    if tag == before.data_plane:
-        return before.previous, bool(before.rollback) and rolling
+    was_revision = before.revision or revision
+    previous, tag_back = _back(tag, before.data_plane, before.previous)
+    previous_revision, revision_back = _back(revision, was_revision, before.previous_revision)
+    if tag == before.data_plane and revision == was_revision:
+        return previous, previous_revision, before.rollback if rolling else None
     wanted = parse_version(tag)
-    older = wanted is not None and any(
-        (v := image_version(image)) is not None and wanted.older_than(v)
-        for _, image in _running(rollout)
+    tag_back = tag_back or (
+        tag != before.data_plane
+        and wanted is not None
+        and any(
+            (v := image_version(image)) is not None and wanted.older_than(v)
+            for _, image in _running(rollout)
+        )
     )
-    return before.data_plane, rolling and (tag == before.previous or older)
+    moves = [
+        *([f"from {before.data_plane} to {tag}"] if tag_back else []),
+        *([f"from istiod revision {was_revision} to {revision}"] if revision_back else []),
+    ]
+    return previous, previous_revision, " and ".join(moves) if rolling and moves else None
 
 
 def version_status(
@@ -180,7 +210,8 @@ def version_status(
     control_plane = istiod_version(istiod)
     rolling = _rolling(rollout)
     source = "spec" if chosen is None else chosen.source
-    previous, back = rollback(spec.images.tag, rollout, before)
+    revision = spec.istiod.revision or DEFAULT_REVISION
+    previous, previous_revision, back = rollback(spec.images.tag, revision, rollout, before)
     return VersionStatus(
         control_plane=None if control_plane is None else str(control_plane),
         data_plane=spec.images.tag,
@@ -190,5 +221,7 @@ def version_status(
         rolling=None if rolling is None else rolling.platform,
         waiting=[p.platform for p in rollout.waiting()],
         previous=previous,
-        rollback=back or None,
+        revision=revision,
+        previous_revision=previous_revision,
+        rollback=back,
     )
