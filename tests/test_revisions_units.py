@@ -17,6 +17,7 @@ from ambient_operator.cluster.revisions import (
     waypoint_revision,
     with_revision,
 )
+from ambient_operator.status.revisions import revisions_status
 
 
 def hook(name: str, **labels: str) -> dict[str, Any]:
@@ -85,3 +86,65 @@ def test_what_waypoints_depend_on_besides_their_gateway() -> None:
     }
     tags = {"istio-revision-tag-prod": TAG_PROD}
     assert revision_inputs(tags, namespaces) == ((("prod", "canary"),), (("a", "prod"),))
+
+
+def _deployment(name: str, image: str, rev: str | None = None) -> dict[str, Any]:
+    labels = {"istio.io/rev": rev} if rev else {}
+    return {
+        "metadata": {"name": name, "namespace": "istio-system", "labels": labels},
+        "spec": {"template": {"spec": {"containers": [{"name": "discovery", "image": image}]}}},
+    }
+
+
+def _gateway(ns: str, name: str, klass: str, rev: str | None = None) -> dict[str, Any]:
+    labels = {"istio.io/rev": rev} if rev else {}
+    return {
+        "metadata": {"namespace": ns, "name": name, "labels": labels},
+        "spec": {"gatewayClassName": klass},
+    }
+
+
+def test_status_lists_each_revision_and_who_uses_it() -> None:
+    spec = AmbientMeshSpec.model_validate({"images": {"tag": "1.30.4"}})
+    deployments = [
+        _deployment("istiod", "docker.io/istio/pilot:1.30.4"),
+        _deployment("istiod-canary", "docker.io/istio/pilot:1.32.0", "canary"),
+    ]
+    gateways = [
+        _gateway("a", "wp", "ambient-waypoint", "prod"),
+        _gateway("b", "wp", "ambient-waypoint"),
+        _gateway("c", "wp", "istio-waypoint", "canary"),  # istiod's: not ours to count
+        _gateway("d", "wp", "ambient-waypoint", "gone"),
+    ]
+    namespaces = {
+        "a": {"labels": {"istio.io/rev": "prod"}},
+        "b": {"labels": {}},
+        "e": {"labels": {"istio.io/rev": "default"}},
+    }
+    out = revisions_status(
+        spec, deployments, gateways, namespaces, [TAG_PROD], "docker.io/istio/proxyv2:1.30.4"
+    )
+    assert [r.model_dump(by_alias=True, exclude_defaults=True) for r in out] == [
+        {
+            "name": "canary",
+            "version": "1.32.0",
+            "istiod": True,
+            "tags": ["prod"],
+            "waypoints": 1,
+            "namespaces": ["a"],
+            "skew": [
+                "waypoints: istiod 1.32.0 is 2 minors ahead of the agents' 1.30.4; it may be "
+                "at most one ahead: upgrade the agents to 1.31 or later (the safe order is "
+                "istiod first, then istio-cni and ztunnel, never more than one minor apart)"
+            ],
+        },
+        {
+            "name": "default",
+            "version": "1.30.4",
+            "istiod": True,
+            "agents": True,
+            "waypoints": 1,
+            "namespaces": ["e"],
+        },
+        {"name": "gone", "waypoints": 1},
+    ]

@@ -1240,6 +1240,32 @@ class AdoptionStatus(ApiModel):
     as_is: Annotated[list[AsIsDaemonSet], Field(max_length=16)] = []
 
 
+class RevisionStatus(ApiModel):
+    """One istiod revision seen, and what of this mesh uses it."""
+
+    name: str = Field(description="The revision (default: istiod installed without one).")
+    version: str | None = Field(
+        default=None, description="Its istiod's version; absent when nothing tells it."
+    )
+    istiod: bool = Field(
+        default=False,
+        description="An istiod Deployment of spec.namespace serves it (istiod-<revision>).",
+    )
+    tags: Annotated[list[str], Field(max_length=16)] = Field(
+        default=[], description="Revision tags (istio-revision-tag-<tag>) pointing at it."
+    )
+    agents: bool = Field(default=False, description="The agents follow it (spec.istiod.revision).")
+    waypoints: int = Field(default=0, description="Waypoints of our class that talk to it.")
+    namespaces: Annotated[list[str], Field(max_length=16)] = Field(
+        default=[], description="Namespaces whose istio.io/rev names it or a tag of it (16 shown)."
+    )
+    skew: Annotated[list[Annotated[str, Field(max_length=1024)]], Field(max_length=4)] = Field(
+        default=[],
+        description="Where the agents or the waypoints that use it are outside Istio's support "
+        "rule with its istiod.",
+    )
+
+
 class AmbientMeshStatus(ApiModel):
     """What the operator observed and did."""
 
@@ -1256,6 +1282,11 @@ class AmbientMeshStatus(ApiModel):
     )
     adoption: AdoptionStatus | None = Field(
         default=None, description="Set while spec.adopt names Helm releases"
+    )
+    revisions: Annotated[list[RevisionStatus], Field(max_length=8)] = Field(
+        default=[],
+        description="Each istiod revision seen: its version and tags, and the agents, waypoints "
+        "and namespaces that use it.",
     )
     held: HeldTemplates | None = Field(
         default=None,

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ambient_operator.api import constants as c
-from ambient_operator.api.v1alpha1 import AmbientMeshSpec, HeldTemplates
+from ambient_operator.api.v1alpha1 import AmbientMeshSpec, HeldTemplates, RevisionStatus
 from ambient_operator.apply.adopt import (
     CHARTS,
     HELM_MANAGED_BY,
@@ -214,6 +214,15 @@ def _held(mesh: Mapping[str, Any] | None) -> HeldTemplates | None:
         return None
 
 
+def _revisions(mesh: Mapping[str, Any] | None) -> list[RevisionStatus]:
+    """status.revisions as the operator last wrote it; empty when absent or unreadable."""
+    raw = ((mesh or {}).get("status") or {}).get("revisions") or []
+    try:
+        return [RevisionStatus.model_validate(item) for item in raw]
+    except ValidationError:
+        return []
+
+
 def snapshot(kube: Kube) -> p.Snapshot:
     """Read everything the checks judge (GET and LIST only)."""
     read = Reader(kube)
@@ -264,6 +273,7 @@ def snapshot(kube: Kube) -> p.Snapshot:
         webhook=_webhook(read),
         mesh_uid=str(((mesh or {}).get("metadata") or {}).get("uid") or ""),
         held=_held(mesh),
+        revisions=_revisions(mesh),
         **helm,
         unreadable=tuple(read.unreadable),
     )

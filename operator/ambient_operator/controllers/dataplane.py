@@ -45,6 +45,7 @@ from ambient_operator.api.v1alpha1 import (
     ComponentStatus,
     Enrollment,
     HeldTemplates,
+    RevisionStatus,
 )
 from ambient_operator.apply.adopt import Takeover, as_adopted
 from ambient_operator.apply.held import (
@@ -80,6 +81,7 @@ from ambient_operator.render.dataplane import deletes_pods
 from ambient_operator.render.model import PLATFORM_LINUX
 from ambient_operator.render.rollout import release_held
 from ambient_operator.render.values import NETWORK_ATTACHMENT_NAMESPACE, ZTUNNEL
+from ambient_operator.render.waypoints.settings import default_image
 from ambient_operator.status.adoption import adoption_status, as_is_message
 from ambient_operator.status.components import (
     ApplyOutcome,
@@ -93,6 +95,7 @@ from ambient_operator.status.components import (
 )
 from ambient_operator.status.held import held_message, held_status
 from ambient_operator.status.platform import platform_status
+from ambient_operator.status.revisions import revisions_status
 from ambient_operator.status.schema import status_for
 from ambient_operator.status.versions import rollout_message, version_status
 from ambient_operator.status.writer import write_status
@@ -278,9 +281,21 @@ class DataplaneController(DataplaneMoves):
             platform=platform,
             adoption=adoption,
             held=held,
+            revisions=self._revisions(spec),
         )
         self._export_metrics(result, status.enrollment)
         await self._write_status(mesh, previous, status)
+
+    def _revisions(self, spec: AmbientMeshSpec) -> list[RevisionStatus]:
+        """status.revisions from the caches (status/revisions.py)."""
+        return revisions_status(
+            spec,
+            [dep for (ns, _), dep in self.state.deployments.items() if ns == spec.namespace],
+            self.state.gateways.values(),
+            self.state.namespaces,
+            self.state.revision_tags.values(),
+            default_image(spec),
+        )
 
     def _agent_tag(self, spec: AmbientMeshSpec, owner: Owner) -> AgentTag:
         """The agents' tag this pass (cluster/versions.py's agent_tag): set, istiod's, default.
@@ -526,6 +541,7 @@ class DataplaneController(DataplaneMoves):
             platform=keep.platform,
             adoption=keep.adoption,
             held=keep.held,
+            revisions=keep.revisions,
         )
         # Nothing was changed: the DaemonSets are as ready as they were.
         status = status.model_copy(update={"ready_components": keep.ready_components})

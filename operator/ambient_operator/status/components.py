@@ -31,6 +31,7 @@ from ambient_operator.api.v1alpha1 import (
     NodeInventory,
     NodeReadinessStatus,
     PlatformStatus,
+    RevisionStatus,
     VersionStatus,
 )
 from ambient_operator.render.model import RenderResult
@@ -198,6 +199,7 @@ def build_status(
     platform: PlatformStatus | None = None,
     adoption: AdoptionStatus | None = None,
     held: HeldTemplates | None = None,
+    revisions: Sequence[RevisionStatus] = (),
 ) -> AmbientMeshStatus:
     """The whole status object."""
     prev_conditions = previous.conditions if previous else []
@@ -214,6 +216,7 @@ def build_status(
         platform=platform,
         adoption=adoption,
         held=held,
+        revisions=list(revisions),
     )
 
 

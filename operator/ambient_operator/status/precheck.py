@@ -25,7 +25,7 @@ from typing import Any, Literal
 from ambient_operator.api import constants as c
 from ambient_operator.api.conditions import INTENDED_EXCLUSIONS
 from ambient_operator.api.releases import fixed_since
-from ambient_operator.api.v1alpha1 import AmbientMeshSpec, HeldTemplates
+from ambient_operator.api.v1alpha1 import AmbientMeshSpec, HeldTemplates, RevisionStatus
 from ambient_operator.apply.adopt import helm_release_of, plan_takeover
 from ambient_operator.apply.ownership import conflict, describe
 from ambient_operator.apply.plan import Owner
@@ -130,6 +130,8 @@ class Snapshot:
     mesh_uid: str = ""
     # status.held of the AmbientMesh: agents that keep the template they run.
     held: HeldTemplates | None = None
+    # status.revisions of the AmbientMesh: each istiod revision and who uses it.
+    revisions: Sequence[RevisionStatus] = ()
 
     def node_facts(self) -> tuple[list[NodeFacts], list[str]]:
         """Facts of every Node, and the names of those too malformed to read."""
@@ -578,6 +580,30 @@ def _held_templates(snap: Snapshot) -> list[Finding]:
     )
 
 
+def _revisions(snap: Snapshot) -> list[Finding]:
+    if not snap.revisions:
+        return _one("revisions", OK, "no istiod revision reported yet (status.revisions)")
+    items = [
+        f"{r.name}: istiod {r.version or ('of unknown version' if r.istiod else 'not found')}"
+        + (f", tags {', '.join(r.tags)}" if r.tags else "")
+        + (", the agents" if r.agents else "")
+        + f", {r.waypoints} waypoint(s)"
+        + (f", namespaces {', '.join(r.namespaces)}" if r.namespaces else "")
+        for r in snap.revisions
+    ]
+    skewed = [f"{r.name}: {line}" for r in snap.revisions for line in r.skew]
+    missing = [r.name for r in snap.revisions if not r.istiod and (r.waypoints or r.namespaces)]
+    if skewed or missing:
+        why = [*skewed, *(f"{name}: used, but no istiod serves it" for name in missing)]
+        return _one(
+            "revisions",
+            WARNING,
+            f"{len(snap.revisions)} istiod revision(s); {len(why)} problem(s): " + "; ".join(why),
+            items,
+        )
+    return _one("revisions", INFO, f"{len(snap.revisions)} istiod revision(s)", items)
+
+
 def _namespace_labels(snap: Snapshot) -> list[Finding]:
     found = [
         f"{name}: {reason}: {message}"
@@ -734,6 +760,15 @@ CHECKS: tuple[Check, ...] = (
         "A release spec.adopt would refuse (each object and why), or one whose objects are "
         "the operator's already while Helm still records them.",
         _helm_releases,
+    ),
+    Check(
+        "revisions",
+        "status.revisions of the AmbientMesh: each istiod revision seen, its version and tags, "
+        "and the agents, waypoints and namespaces that use it.",
+        "Never.",
+        "A revision used by waypoints or namespaces that no istiod serves, or the agents or "
+        "waypoints outside Istio's support rule with their revision's istiod.",
+        _revisions,
     ),
     Check(
         "held-templates",
