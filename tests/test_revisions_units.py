@@ -73,10 +73,13 @@ def test_the_waypoint_is_rendered_with_the_revisions_service() -> None:
     assert canary.istiod.service() == "istiod-canary"
     assert with_revision(spec, RevisionChoice(None, "namespace")).istiod.service() == "istiod"
     assert with_revision(spec, RevisionChoice("stable", "mesh")) is spec
+    # serviceName names the agents' istiod; a Gateway's revision is dialled at its own.
     named = AmbientMeshSpec.model_validate({"istiod": {"serviceName": "my-istiod"}})
     assert with_revision(named, RevisionChoice("canary", "gateway")).istiod.service() == (
-        "my-istiod"
+        "istiod-canary"
     )
+    assert with_revision(named, RevisionChoice(None, "namespace")).istiod.service() == "istiod"
+    assert with_revision(named, RevisionChoice("canary", "mesh")).istiod.service() == "my-istiod"
 
 
 def test_what_waypoints_depend_on_besides_their_gateway() -> None:

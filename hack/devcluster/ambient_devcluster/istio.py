@@ -239,8 +239,13 @@ class IstioControlPlane:
         *,
         namespace: str = ISTIO_NAMESPACE,
         values: Mapping[str, str] | None = None,
+        revision: str | None = None,
     ) -> None:
         self.kubeconfig = kubeconfig
+        # A revision installs the istiod chart alone as `istiod-<revision>`
+        # (--set revision=...), beside the default's base and istiod.
+        self.revision = revision
+        self.release = f"{ISTIOD_RELEASE}-{revision}" if revision else ISTIOD_RELEASE
         self.workdir = workdir
         self.bin_dir = bin_dir
         self.namespace = namespace
@@ -262,13 +267,13 @@ class IstioControlPlane:
             if ca_file.exists()
             else CertificateAuthority.create(self.ca_dir, "istiod-local-ca")
         )
-        host = f"istiod.{self.namespace}.svc"
+        host = f"{self.release}.{self.namespace}.svc"
         pair = ca.issue(
             self.workdir / "certs",
             "istiod",
             host,
             server=True,
-            dns_names=(host, "istiod", "localhost"),
+            dns_names=(host, self.release, "localhost"),
             ip_addresses=(LOOPBACK,),
         )
         return ca.cert_file, pair.cert_file, pair.key_file
@@ -286,6 +291,7 @@ class IstioControlPlane:
                 "istiodRemote.injectionCABundle": bundle,
                 "base.validationURL": f"{webhook}/validate",
                 "base.validationCABundle": bundle,
+                **({"revision": self.revision} if self.revision else {}),
                 **self.values,
             },
         )
@@ -299,10 +305,11 @@ class IstioControlPlane:
         """
         self.workdir.mkdir(parents=True, exist_ok=True)
         values = self.chart_values(trust_windows=trust_windows)
-        for release, chart, extra in (
+        releases = [
             (BASE_RELEASE, "base", {"base.validationURL": values["base.validationURL"]}),
-            (ISTIOD_RELEASE, "istio-discovery", values),
-        ):
+            (self.release, "istio-discovery", values),
+        ]
+        for release, chart, extra in releases[1:] if self.revision else releases:
             done = helm(
                 self.bin_dir,
                 "upgrade",
@@ -323,9 +330,7 @@ class IstioControlPlane:
     # -- the process -----------------------------------------------------------
     def _deployment_container(self) -> dict[str, Any]:
         with api_client_for(self.kubeconfig) as api:
-            dep = k8s_client.AppsV1Api(api).read_namespaced_deployment(
-                ISTIOD_RELEASE, self.namespace
-            )
+            dep = k8s_client.AppsV1Api(api).read_namespaced_deployment(self.release, self.namespace)
             raw: dict[str, Any] = api.sanitize_for_serialization(dep)
         containers = raw["spec"]["template"]["spec"]["containers"]
         return next(c for c in containers if c["name"] == "discovery")

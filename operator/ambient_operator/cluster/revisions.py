@@ -113,8 +113,17 @@ def at_revision(spec: AmbientMeshSpec, revision: str | None) -> AmbientMeshSpec:
 
 
 def with_revision(spec: AmbientMeshSpec, choice: RevisionChoice) -> AmbientMeshSpec:
-    """`spec` as one waypoint is rendered with: istiod at the chosen revision."""
-    return at_revision(spec, choice.revision)
+    """`spec` as one waypoint is rendered with: istiod at the chosen revision.
+
+    A revision the Gateway or its namespace names is dialled at its own
+    Service (`istiod-<revision>`, `istiod` for default), as istiod's own
+    waypoint of that revision dials it: spec.istiod.serviceName names the
+    agents' istiod, not that one. Explicit addresses still win.
+    """
+    if choice.source == "mesh":
+        return at_revision(spec, choice.revision)
+    istiod = spec.istiod.model_copy(update={"revision": choice.revision, "service_name": None})
+    return spec.model_copy(update={"istiod": istiod})
 
 
 def revision_inputs(
