@@ -23,22 +23,17 @@ import pytest
 import yaml
 from kubernetes import client
 
-from ambient_devcluster import (
-    LocalCluster,
-    apply_dirs,
-    apply_objects,
-    cluster_dns_service,
-    create_nodes,
-)
+from ambient_devcluster import LocalCluster, apply_objects
 from ambient_devcluster.harness import condition, get_mesh
 from ambient_operator.api import constants as c
 from ambient_operator.apply.held import APPROVE
-from conftest import BIN_DIR, SAMPLE_NODES, binaries_present, wait_for
+from conftest import own_cluster, wait_for
 from operator_harness import RunningOperator
 from test_adopt_helm import passes
 from test_versions_cluster import (
     LINUX,
     NS,
+    SAMPLE,
     WS2022,
     WS2025,
     Recorder,
@@ -46,10 +41,9 @@ from test_versions_cluster import (
     _list_daemonsets,
     _mesh_spec,
     _timeline,
+    settled,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT / "operator" / "ambient_operator" / "samples" / "ambientmesh.yaml"
 TIMEOUT = 180.0
 OLD_VAR = "ROLLED_BY_AN_OLDER_OPERATOR"
 # What this version writes and an older one did not.
@@ -58,15 +52,11 @@ NEW_ANNOTATIONS = ("ambientoperator.io/template-by", "ambientoperator.io/inputs"
 
 @pytest.fixture(scope="module")
 def upgrade_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """A control plane of our own: the sample nodes, our CRDs, a cluster DNS Service."""
-    if not binaries_present():
-        pytest.fail(f"binaries missing in {BIN_DIR}; run hack/build-binaries.sh")
-    with LocalCluster(tmp_path_factory.mktemp("upgrade-cluster"), bin_dir=BIN_DIR) as local:
+    """A control plane of our own (conftest's own_cluster), with the agents' namespace."""
+    with own_cluster(tmp_path_factory, "upgrade-cluster") as local:
         with local.api_client() as api:
-            apply_dirs(api, [ROOT / "crds"], timeout=60)
-            create_nodes(api, SAMPLE_NODES, timeout=60)
             namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
-            apply_objects(api, [cluster_dns_service(), namespace])
+            apply_objects(api, [namespace])
         yield local
 
 
@@ -86,21 +76,10 @@ def _env_names(ds: dict[str, Any]) -> set[str]:
     return {str(e["name"]) for ctr in containers for e in ctr.get("env") or []}
 
 
-def _settled(ds: dict[str, Any]) -> bool:
-    st = ds.get("status") or {}
-    desired = st.get("desiredNumberScheduled", 0)
-    return bool(
-        st.get("observedGeneration", 0) >= ds["metadata"]["generation"]
-        and desired > 0
-        and st.get("updatedNumberScheduled", 0) == desired
-        and st.get("numberAvailable", 0) == desired
-    )
-
-
 def _all_settled(api: client.ApiClient, old: bool) -> bool:
     items = _daemonsets(api)
     return len(items) == 6 and all(
-        _settled(ds) and (OLD_VAR in _env_names(ds)) == old for ds in items
+        settled(ds) and (OLD_VAR in _env_names(ds)) == old for ds in items
     )
 
 
@@ -230,7 +209,7 @@ def test_an_operator_upgrade_restarts_no_agent_until_approved(
 
     def rolled(names: tuple[str, ...]) -> Any:
         return lambda state: all(
-            n in state and OLD_VAR not in _env_names(state[n]) and _settled(state[n]) for n in names
+            n in state and OLD_VAR not in _env_names(state[n]) and settled(state[n]) for n in names
         )
 
     def changed(names: tuple[str, ...]) -> Any:

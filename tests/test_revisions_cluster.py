@@ -21,36 +21,28 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client
 
-from ambient_devcluster import (
-    IstioControlPlane,
-    LocalCluster,
-    apply_dirs,
-    apply_objects,
-    cluster_dns_service,
-    create_nodes,
-)
+from ambient_devcluster import IstioControlPlane, LocalCluster, apply_objects
 from ambient_devcluster.harness import condition, get_mesh, set_mesh_spec
 from ambient_operator.api import constants as c
-from conftest import BIN_DIR, SAMPLE_NODES, binaries_present, unique_name, wait_for
+from conftest import BIN_DIR, own_cluster, unique_name, wait_for
 from operator_harness import RunningOperator
 from test_istiod import ambient_services, app, create_gateway, make_namespace
 from test_versions_cluster import (
+    SAMPLE,
     Recorder,
     _first,
     _list_daemonsets,
     _list_meshes,
     _timeline,
+    settled,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT / "operator" / "ambient_operator" / "samples" / "ambientmesh.yaml"
 TIMEOUT = 120.0
 OURS, ISTIODS = "ambient-waypoint", c.ISTIO_WAYPOINT_CLASS
 ZTUNNELS = ("ztunnel", "ztunnel-windows-ltsc2022", "ztunnel-windows-ltsc2025")
@@ -59,14 +51,7 @@ ZTUNNELS = ("ztunnel", "ztunnel-windows-ltsc2022", "ztunnel-windows-ltsc2025")
 @pytest.fixture(scope="module")
 def revisions_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """Our own control plane: the sample nodes, our CRDs, Gateway API v1.6."""
-    if not binaries_present() or not (BIN_DIR / "pilot-discovery").exists():
-        pytest.fail(f"binaries missing in {BIN_DIR}; run hack/build-binaries.sh")
-    gateway_api = ROOT / ".cache" / "gateway-api" / "v1.6"
-    with LocalCluster(tmp_path_factory.mktemp("revisions-cluster"), bin_dir=BIN_DIR) as local:
-        with local.api_client() as api:
-            apply_dirs(api, [ROOT / "crds", gateway_api], timeout=60)
-            create_nodes(api, SAMPLE_NODES, timeout=60)
-            apply_objects(api, [cluster_dns_service()])
+    with own_cluster(tmp_path_factory, "revisions-cluster", "pilot-discovery") as local:
         yield local
 
 
@@ -206,21 +191,10 @@ def _serving(ds: dict[str, Any]) -> str:
     return str(annotations.get(c.LABEL_REVISION, "default"))
 
 
-def _settled(ds: dict[str, Any]) -> bool:
-    st = ds.get("status") or {}
-    desired = st.get("desiredNumberScheduled", 0)
-    return bool(
-        st.get("observedGeneration", 0) >= ds["metadata"]["generation"]
-        and desired > 0
-        and st.get("updatedNumberScheduled", 0) == desired
-        and st.get("numberAvailable", 0) == desired
-    )
-
-
 def _ztunnels_at(api: client.ApiClient, revision: str) -> bool:
     items = {d["metadata"]["name"]: d for d in _list_daemonsets(api)()["items"]}
     return all(
-        n in items and _serving(items[n]) == revision and _settled(items[n]) for n in ZTUNNELS
+        n in items and _serving(items[n]) == revision and settled(items[n]) for n in ZTUNNELS
     )
 
 
@@ -251,7 +225,7 @@ def _assert_in_order(daemonsets: Recorder, revision: str) -> None:
         return lambda state: name in state and _serving(state[name]) == revision
 
     def ready(name: str) -> Any:
-        return lambda state: moved(name)(state) and _settled(state[name])
+        return lambda state: moved(name)(state) and settled(state[name])
 
     linux, ws2022, ws2025 = ZTUNNELS
     seen = [(e["object"]["metadata"]["name"], _serving(e["object"])) for e in daemonsets.events]

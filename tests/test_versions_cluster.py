@@ -249,17 +249,21 @@ def _image(ds: dict[str, Any]) -> str:
     return str(ds["spec"]["template"]["spec"]["containers"][0]["image"])
 
 
-def _ready_at(ds: dict[str, Any], tag: str) -> bool:
-    """Ready at a version: its image has the tag, and every pod is updated and available."""
+def settled(ds: dict[str, Any]) -> bool:
+    """The controller saw its latest spec, and every pod is updated and available."""
     st = ds.get("status") or {}
     desired = st.get("desiredNumberScheduled", 0)
-    return (
-        _image(ds).endswith(f":{tag}")
-        and st.get("observedGeneration", 0) >= ds["metadata"]["generation"]
+    return bool(
+        st.get("observedGeneration", 0) >= ds["metadata"]["generation"]
         and desired > 0
         and st.get("updatedNumberScheduled", 0) == desired
         and st.get("numberAvailable", 0) == desired
     )
+
+
+def _ready_at(ds: dict[str, Any], tag: str) -> bool:
+    """Ready at a version: its image has the tag, and every pod is updated and available."""
+    return _image(ds).endswith(f":{tag}") and settled(ds)
 
 
 def _timeline(initial: list[dict[str, Any]], events: list[dict[str, Any]]) -> list[dict[str, Any]]:
