@@ -24,7 +24,7 @@ from ambient_operator.apply.held import (
 )
 from ambient_operator.render.model import OrderedRollout, PlatformRollout
 from ambient_operator.render.rollout import release_held
-from ambient_operator.status.held import held_message
+from ambient_operator.status.held import held_message, held_status
 
 NS = "istio-system"
 WS2022 = "10.0.20348"
@@ -209,3 +209,16 @@ def test_reconciled_says_what_would_restart_and_how_to_approve() -> None:
         "ztunnel-windows-ltsc2022 (status.held)"
     )
     assert held_message(None, ["linux"]) is None
+
+
+def test_an_old_approval_is_called_stale_only_while_something_waits_for_one() -> None:
+    waiting = Held("ztunnel", "linux", "d1", OPERATOR_UPGRADE, False)
+    live = {"ztunnel": ds("OLD_VAR")}
+    status = held_status([waiting], live, "new-token", "old-token")
+    assert status is not None
+    assert (status.approval, status.stale_approval) == ("new-token", "old-token")
+    assert [(d.name, d.pods, d.approved) for d in status.daemon_sets] == [("ztunnel", 3, False)]
+    # Approved and waiting for its turn: the approval was honoured, not stale.
+    rolling = held_status([dataclasses.replace(waiting, approved=True)], live, "t2", "t1")
+    assert rolling is not None and rolling.stale_approval is None
+    assert held_status([], live, "t", "t") is None

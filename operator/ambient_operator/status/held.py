@@ -45,7 +45,10 @@ def held_status(
             )
             for s in sorted(states, key=lambda s: s.name)[:HELD_SHOWN]
         ],
-        stale_approval=asked if asked and asked != approval else None,
+        # Honoured approvals stay on the AmbientMesh while their platforms roll.
+        stale_approval=(
+            asked if asked and asked != approval and not all(s.approved for s in states) else None
+        ),
     )
 
 
