@@ -151,8 +151,14 @@ def test_helm_upgrade_leaves_the_old_crd_and_the_operator_says_so(
             "Degraded no longer CrdOutdated",
         )
         body = {"spec": {"adopt": {"helmReleases": ["ztunnel"]}}}
-        client.CustomObjectsApi(k8s).patch_cluster_custom_object(
-            c.API_GROUP, c.API_VERSION, c.PLURAL, c.MESH_NAME, body
-        )
-        assert (read_mesh(k8s) or {})["spec"]["adopt"] == {"helmReleases": ["ztunnel"]}
+
+        def kept() -> bool:
+            # The API server takes a new CRD schema into its handler asynchronously:
+            # a write right after the CRD's change can still be pruned by the old one.
+            client.CustomObjectsApi(k8s).patch_cluster_custom_object(
+                c.API_GROUP, c.API_VERSION, c.PLURAL, c.MESH_NAME, body
+            )
+            return bool((read_mesh(k8s) or {})["spec"].get("adopt") == body["spec"]["adopt"])
+
+        wait_for(kept, TIMEOUT, "spec.adopt kept by the new schema")
     assert "Traceback" not in op.log_text(), op.log_tail(60)

@@ -276,7 +276,18 @@ def healthy(
         assert "Traceback" not in op.log_text(), op.log_text()[-4000:]
 
 
-def test_a_healthy_cluster_passes(pc_cluster: LocalCluster, healthy: int) -> None:
+def _revisions_reported(api: client.ApiClient) -> bool:
+    mesh = client.CustomObjectsApi(api).get_cluster_custom_object(
+        "ambientoperator.io", "v1alpha1", "ambientmeshes", "default"
+    )
+    return bool((mesh.get("status") or {}).get("revisions"))
+
+
+def test_a_healthy_cluster_passes(
+    pc_cluster: LocalCluster, api: client.ApiClient, healthy: int
+) -> None:
+    # The revisions row reads the operator's status.revisions: wait for its first write.
+    wait_for(lambda: _revisions_reported(api), 90, "status.revisions written")
     code, body = run_json(pc_cluster)
     assert code == 0, body
     assert levels(body) == [
@@ -293,13 +304,18 @@ def test_a_healthy_cluster_passes(pc_cluster: LocalCluster, healthy: int) -> Non
         ("gateway-api", "ok"),
         ("upstream-agents", "ok"),
         ("helm-releases", "ok"),
-        ("revisions", "ok"),
+        ("revisions", "info"),
         ("held-templates", "ok"),
         ("namespace-labels", "ok"),
         ("windows-pods", "ok"),
         ("webhook", "ok"),
     ]
     assert (body["blocked"], body["blocking"], body["warnings"]) == (False, 0, 1)
+    revisions = finding(body, "revisions", "info")
+    assert (revisions["message"], revisions["items"]) == (
+        "1 istiod revision(s)",
+        [f"default: istiod {ISTIOD_TAG}-distroless, the agents, 0 waypoint(s)"],
+    )
     assert finding(body, "version-skew", "warning")["message"].endswith(
         "the newest patch of 1.31 this operator knows is 1.31.1: run the agents at istiod's "
         "minor, newest patch (docs/versions.md)"
