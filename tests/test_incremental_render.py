@@ -25,7 +25,9 @@ from hypothesis import strategies as st
 
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.cluster.facts import ClusterFacts
+from ambient_operator.cluster.state import ClusterState
 from ambient_operator.cluster.versions import RunningAgent
+from ambient_operator.controllers.dataplane import DataplaneController
 from ambient_operator.render import dataplane, render_dataplane
 from ambient_operator.render.dataplane import RenderMemo
 from conftest import SAMPLE_NODES, examples
@@ -154,6 +156,21 @@ def test_a_node_event_at_5000_nodes_renders_only_its_platforms_objects(
     inventory.append(node(4))
     nodes_per_platform(facts_of(inventory), memo)
     assert renders == WS2025_OBJECTS
+
+
+def test_the_data_plane_pass_keeps_its_memo_from_pass_to_pass(
+    renders: list[tuple[str, str]],
+) -> None:
+    # The controller's own facts (from its caches) and render, as each pass calls them.
+    ctl = DataplaneController(ClusterState(), None, None)  # type: ignore[arg-type]
+    ctl.state.nodes = {n["metadata"]["name"]: n for n in map(node, range(5000))}
+    ctl.render(SPEC, ctl.facts(SPEC))
+    renders.clear()
+    joined = node(5007, without_build_label=True)
+    ctl.state.nodes[joined["metadata"]["name"]] = joined
+    result = ctl.render(SPEC, ctl.facts(SPEC))
+    assert renders == WS2022_OBJECTS
+    assert [len(ds.nodes) for ds in result.daemonsets] == [2501, 2501, 834, 834, 833, 833]
 
 
 def test_what_every_platform_reads_renders_each_platform_that_reads_it(

@@ -62,7 +62,7 @@ from ambient_operator.apply.ownership import describe
 from ambient_operator.apply.plan import Owner, PassMemo, plan
 from ambient_operator.apply.writer import NameConflictError, prune, set_finalizer, write
 from ambient_operator.cluster.enrollment import summarize
-from ambient_operator.cluster.facts import node_os
+from ambient_operator.cluster.facts import ClusterFacts, node_os
 from ambient_operator.cluster.versions import AgentTag, agent_tag, image_version, release_tag
 from ambient_operator.controllers.adoption import ORPHAN_FINALIZER, gather_takeover, orphan_all
 from ambient_operator.controllers.dataplane_moves import (
@@ -151,6 +151,10 @@ class DataplaneController(DataplaneMoves):
     def renders(self) -> RenderMemo:
         """Each platform's last render, by its inputs (render/dataplane.py)."""
         return RenderMemo()
+
+    def render(self, spec: AmbientMeshSpec, facts: ClusterFacts) -> RenderResult:
+        """This pass's desired objects; only what changed since the last pass is rendered."""
+        return render_dataplane(spec, facts, cni_rbac=self.cni_rbac, memo=self.renders)
 
     def problems(self, spec: AmbientMeshSpec, result: RenderResult) -> list[Problem]:
         """Everything that makes the mesh Degraded (judged in status/components.py)."""
@@ -244,9 +248,7 @@ class DataplaneController(DataplaneMoves):
             # the watches meanwhile (a Gateway made with its namespace waited
             # for the namespace's data-plane pass). Only the platforms whose
             # inputs changed are rendered again (RenderMemo).
-            result = await asyncio.to_thread(
-                render_dataplane, spec, facts, cni_rbac=self.cni_rbac, memo=self.renders
-            )
+            result = await asyncio.to_thread(self.render, spec, facts)
         except Exception as exc:  # a render bug must show in status, not kill the loop
             log.exception("render failed")
             await self._fail(mesh, previous, generation, MeshReason.RENDER_FAILED, str(exc))
