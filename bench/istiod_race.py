@@ -1,6 +1,6 @@
 """Our waypoint controller raced against istiod's own, on one cluster, in one run.
 
-    .venv/bin/python bench/istiod_race.py [--trials 15] [--json FILE]
+    .venv/bin/python bench/istiod_race.py [--trials 15] [--busy] [--json FILE]
 
 istiod deploys the waypoints of its class `istio-waypoint` itself (its
 gateway deployment controller); the operator deploys those of class
@@ -44,6 +44,13 @@ counted no watch event but Nodes' (kwok's heartbeats keep those coming):
 each is an isolated change. The fresh namespaces of trial i-2 are deleted
 at the start of trial i, so namespace deletions go on around later trials,
 as in a live cluster.
+
+With --busy the trials run back to back, as in a busy cluster: no wait for
+quiet anywhere; each trial deletes the previous trial's namespaces, then
+per class creates a namespace and, `BUSY_GAP_S` later, its Gateway (the
+series "busy"), while the deletions and the previous Gateways' rollouts go
+on. A controller that batches whatever arrives while it is busy makes a new
+Gateway wait; one that queues each key does not.
 """
 
 from __future__ import annotations
@@ -101,6 +108,9 @@ from reaction_latency import (
 
 CLASSES = {"ours": WAYPOINT_CLASS, "istiod": c.ISTIO_WAYPOINT_CLASS}
 MODES = ("fresh", "known")
+# --busy: each Gateway this long after its namespace, with no wait for quiet.
+BUSY_MODES = ("busy",)
+BUSY_GAP_S = 0.5
 MILESTONES = ("deployment", "available", "programmed")
 FLOOR = "chain floor"
 # What either controller writes for a waypoint, and how istiod's requests
@@ -186,9 +196,15 @@ class Race:
     """The watches, namespaces and samples of the race on one cluster."""
 
     def __init__(
-        self, api: client.ApiClient, op: RaceOperator, audit: AuditLog | None = None
+        self,
+        api: client.ApiClient,
+        op: RaceOperator,
+        audit: AuditLog | None = None,
+        busy: bool = False,
     ) -> None:
         self.op = op
+        self.busy = busy
+        self.modes = BUSY_MODES if busy else MODES
         # The trials as (series, namespace, wall-clock start, end at the
         # Deployment's event), for parts(); without the audit log, none.
         self.audit = audit
@@ -208,7 +224,7 @@ class Race:
         self.samples: dict[str, list[float]] = {
             key(side, mode, milestone): []
             for side in CLASSES
-            for mode in MODES
+            for mode in self.modes
             for milestone in MILESTONES
         }
         self.missed = dict.fromkeys(self.samples, 0)
@@ -287,6 +303,9 @@ class Race:
 
     def trial(self, i: int) -> None:
         """Trial `i`: the chain floor, then each class (alternating first) in both modes."""
+        if self.busy:
+            self.busy_trial(i)
+            return
         for old in self.fresh.pop(i - 2, []):
             with contextlib.suppress(ApiException):
                 self.core.delete_namespace(old)
@@ -309,16 +328,35 @@ class Race:
                     else:
                         self.samples[series].append(took)
 
+    def busy_trial(self, i: int) -> None:
+        """Trial `i` of --busy: no wait for quiet; the last trial's namespaces go meanwhile."""
+        for old in self.fresh.pop(i - 1, []):
+            with contextlib.suppress(ApiException):
+                self.core.delete_namespace(old)
+        self.floor.chain(i)
+        sides = list(CLASSES) if i % 2 == 0 else list(reversed(CLASSES))
+        for side in sides:
+            namespace = f"race-{side}-{i}"
+            self.fresh.setdefault(i, []).append(namespace)
+            self._create_namespace(namespace)
+            time.sleep(BUSY_GAP_S)
+            for milestone, took in self.gateway(side, namespace, "waypoint", "busy").items():
+                series = key(side, "busy", milestone)
+                if took is None:
+                    self.missed[series] += 1
+                else:
+                    self.samples[series].append(took)
+
     def run(self, trials: int, progress: Callable[[str], None]) -> None:
         """`trials` trials; progress every 5 and at the end."""
+        mode = self.modes[0]
         for i in range(trials):
             self.trial(i)
             if (i + 1) % 5 == 0 or i + 1 == trials:
                 p50 = {
-                    side: _p50_ms(self.samples[key(side, "fresh", "programmed")])
-                    for side in CLASSES
+                    side: _p50_ms(self.samples[key(side, mode, "programmed")]) for side in CLASSES
                 }
-                progress(f"istiod race: {i + 1}/{trials} trials, fresh Programmed p50 ms {p50}")
+                progress(f"istiod race: {i + 1}/{trials} trials, {mode} Programmed p50 ms {p50}")
 
 
 def race_parts(
@@ -376,7 +414,7 @@ def ratios(summaries: dict[str, dict[str, float]]) -> dict[str, dict[str, float]
     """ours/istiod and ours/chain floor of p50 and p99, per mode and milestone."""
     out: dict[str, dict[str, float]] = {}
     floor = summaries[FLOOR]
-    for mode in MODES:
+    for mode in (*MODES, *BUSY_MODES):
         for milestone in MILESTONES:
             ours = summaries.get(key("ours", mode, milestone))
             theirs = summaries.get(key("istiod", mode, milestone))
@@ -398,13 +436,14 @@ def _race(
     progress: Callable[[str], None],
     lap: Callable[[str], float],
     audit: AuditLog | None = None,
+    busy: bool = False,
 ) -> dict[str, Any]:
     """The sample AmbientMesh, both classes Accepted, the warm-up, then the trials."""
     sample = yaml.safe_load((SAMPLES_DIR / "ambientmesh.yaml").read_text())
     apply_objects(api, [sample])
     for name in CLASSES.values():
         wait_for(partial(class_accepted, api, name), 180, f"GatewayClass {name} Accepted")
-    race = Race(api, op, audit)
+    race = Race(api, op, audit, busy)
     try:
         lap("operator")
         race.warm_up()
@@ -417,6 +456,8 @@ def _race(
     summaries = {name: summary(values) for name, values in samples.items() if values}
     return {
         "trials": trials,
+        "busy": busy,
+        "busy_gap_s": BUSY_GAP_S,
         "samples": samples,
         "missed": race.missed,
         "summaries": summaries,
@@ -425,8 +466,13 @@ def _race(
     }
 
 
-def measure(trials: int, progress: Callable[[str], None] = print) -> dict[str, Any]:
-    """The race on a private cluster of its own; samples in seconds, JSON-friendly."""
+def measure(
+    trials: int, progress: Callable[[str], None] = print, busy: bool = False
+) -> dict[str, Any]:
+    """The race on a private cluster of its own; samples in seconds, JSON-friendly.
+
+    `busy`: back to back (--busy, the module's docstring), else isolated trials.
+    """
     bin_dir = default_bin_dir()
     # Two cores shared with whatever else runs: the load says how alone it was.
     load = {"start": os.getloadavg()}
@@ -452,7 +498,7 @@ def measure(trials: int, progress: Callable[[str], None] = print) -> dict[str, A
             op = RaceOperator(cluster, Path(tmp) / "operator.log", istiod)
             op.start()
             try:
-                result = _race(api, op, trials, progress, lap, AuditLog(cluster.audit_log))
+                result = _race(api, op, trials, progress, lap, AuditLog(cluster.audit_log), busy)
             except Exception:
                 # The work directory goes away with the cluster: show why now.
                 print(f"operator log:\n{op.log_tail(40)}", file=sys.stderr)
@@ -507,9 +553,16 @@ def main(argv: list[str] | None = None) -> int:
     """Run the race and print its table (and JSON with --json)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=15)
+    parser.add_argument(
+        "--busy",
+        action="store_true",
+        help=f"back to back: each Gateway {BUSY_GAP_S} s after its namespace, no wait for quiet",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write samples and summaries as JSON")
     args = parser.parse_args(argv)
-    result = measure(args.trials, lambda msg: print(msg, file=sys.stderr, flush=True))
+    result = measure(
+        args.trials, lambda msg: print(msg, file=sys.stderr, flush=True), busy=args.busy
+    )
     print(table(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))

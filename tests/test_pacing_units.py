@@ -107,6 +107,24 @@ def test_an_idle_spell_starts_a_new_busy_period() -> None:
     assert p.urgent_goes_now(now + 2.7, urgent=True)
 
 
+def test_a_keyed_change_goes_at_once_however_busy_the_loop() -> None:
+    # The waypoints' loop in a busy cluster (bench/istiod_race.py --busy):
+    # urgent passes back to back while the last trial's namespace goes away.
+    p = _pacer()
+    now = 0.0
+    for _ in range(URGENT_BURST + 3):
+        p.ended(now, urgent=True)
+        now += 0.05
+    # Status news (a Deployment's replicas) is batched by the debounce...
+    assert p.debounce_for(now, urgent=True) == 0.2
+    assert p.debounce_for(now, urgent=False) == 0.2
+    # ...a new or changed Gateway is not, nor is it spaced out.
+    assert p.debounce_for(now, urgent=True, keyed=True) == 0.005
+    assert p.debounce_for(now, urgent=False, keyed=True) == 0.005
+    assert p.woke(now, urgent=True) > 0
+    assert p.woke(now, urgent=True, keyed=True) == 0.0
+
+
 # -- the loop that uses the pacing (runtime/loop.py), on a real event loop ---------
 
 
@@ -116,9 +134,11 @@ class _Source:
     def __init__(self) -> None:
         self.trigger = asyncio.Event()
         self.urgent = False
+        self.keyed = False
 
-    def poke(self, urgent: bool = True) -> None:
+    def poke(self, urgent: bool = True, keyed: bool = False) -> None:
         self.urgent = self.urgent or urgent
+        self.keyed = self.keyed or keyed
         self.trigger.set()
 
 
@@ -202,6 +222,32 @@ def test_resync_runs_a_pass_with_no_change_at_all() -> None:
         await asyncio.wait_for(calls.get(), _DEADLINE)
         await asyncio.wait_for(calls.get(), _DEADLINE)
         assert not source.trigger.is_set()
+        await _stop(task)
+
+    _run(body)
+
+
+def test_a_keyed_change_ends_a_busy_loops_wait_for_companions() -> None:
+    async def body() -> None:
+        source, passes = _Source(), asyncio.Queue[None]()
+
+        async def work() -> None:
+            await passes.put(None)
+
+        # A debounce far longer than the deadline: only a keyed change can
+        # make the pass come in time.
+        slow = Timing(
+            debounce=60.0, idle_debounce=0.0, max_delay=60.0, status_delay=60.0, space_out=False
+        )
+        loop = ReconcileLoop("test", source, work, lambda: True, slow)
+        task = asyncio.create_task(loop.run())
+        now = asyncio.get_running_loop().time()
+        for _ in range(URGENT_BURST):
+            loop.pacer.ended(now, urgent=True)  # busy: urgent passes just ran
+        source.poke()  # status news: waits for companions, up to 60 s
+        source.poke(keyed=True)  # a new Gateway
+        await asyncio.wait_for(passes.get(), _DEADLINE)
+        assert not source.keyed
         await _stop(task)
 
     _run(body)

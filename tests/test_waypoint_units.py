@@ -1033,12 +1033,9 @@ def test_gateway_events_mark_only_that_gateway_and_skip_stale_copies() -> None:
     assert ctl.dirty == {("apps", "waypoint")}
 
 
-def test_owned_object_events_mark_their_gateway() -> None:
-    ctl = _controller()
-    ctl.on_gateway("ADDED", gateway())
-    ctl.on_gateway("ADDED", gateway(name="other"))
-    ctl.dirty.clear()
-    deploy = {
+def _deployment() -> dict[str, Any]:
+    """The Deployment of Gateway apps/waypoint, as its watch reports it."""
+    return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {
@@ -1048,11 +1045,75 @@ def test_owned_object_events_mark_their_gateway() -> None:
             "labels": {c.LABEL_GATEWAY_NAME: "waypoint"},
         },
     }
+
+
+def test_owned_object_events_mark_their_gateway() -> None:
+    ctl = _controller()
+    ctl.on_gateway("ADDED", gateway())
+    ctl.on_gateway("ADDED", gateway(name="other"))
+    ctl.dirty.clear()
+    deploy = _deployment()
     ctl.on_owned("MODIFIED", deploy)
     assert ctl.dirty == {("apps", "waypoint")}
     assert ("apps/v1", "Deployment", "apps", "waypoint") in ctl.objects[("apps", "waypoint")]
     ctl.on_owned("DELETED", deploy)
     assert ("apps", "waypoint") not in ctl.objects
+
+
+def _versioned(obj: dict[str, Any], version: str, **changes: Any) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["metadata"]["resourceVersion"] = version
+    out.update(changes)
+    return out
+
+
+def test_a_gateway_change_is_keyed_and_its_status_is_that_gateways_alone() -> None:
+    ctl = _controller()
+    state = ctl.state
+    gw = gateway()
+
+    def taken() -> tuple[bool, bool, bool]:
+        # (the waypoints' loop: urgent, keyed; the operator's pass poked), then cleared
+        seen = (ctl.urgent, ctl.keyed, state.trigger.is_set())
+        ctl.urgent = ctl.keyed = False
+        state.trigger.clear()
+        return seen
+
+    ctl.on_gateway("ADDED", gw)
+    assert taken() == (True, True, True)
+    # istiod (or our own status write seen late) changes its status only.
+    ctl.dirty.clear()
+    ctl.on_gateway("MODIFIED", _versioned(gw, "11", status={"addresses": [{"value": "10.0.0.9"}]}))
+    assert ctl.dirty == {("apps", "waypoint")}
+    assert taken() == (True, False, False)
+    # A label (istio.io/rev names istiod) alters what is written for it.
+    relabelled = _versioned(gw, "12")
+    relabelled["metadata"]["labels"] = {c.LABEL_REVISION: "canary"}
+    ctl.on_gateway("MODIFIED", relabelled)
+    assert taken() == (True, True, True)
+    ctl.on_gateway("DELETED", relabelled)
+    assert taken() == (True, True, True)
+
+
+def test_our_objects_rolling_along_is_status_and_their_drift_is_keyed() -> None:
+    ctl = _controller()
+    ctl.on_gateway("ADDED", gateway())
+    ctl.keyed = False
+    deploy = _deployment()
+    deploy["metadata"]["generation"] = 1
+    deploy["spec"] = {"replicas": 1}
+    ctl.on_owned("ADDED", deploy)
+    assert ctl.keyed  # ours, seen for the first time
+    ctl.keyed = False
+    ctl.on_owned("MODIFIED", _versioned(deploy, "6", status={"availableReplicas": 1}))
+    assert (ctl.urgent, ctl.keyed) == (True, False)
+    edited = _versioned(deploy, "7", spec={"replicas": 3})
+    edited["metadata"]["generation"] = 2
+    ctl.on_owned("MODIFIED", edited)
+    assert ctl.keyed
+    ctl.keyed = False
+    ctl.on_owned("DELETED", edited)
+    assert ctl.keyed
 
 
 def test_class_events_mark_the_gateways_of_that_class() -> None:

@@ -97,6 +97,9 @@ class ClusterState:
     # Whether a pending change can alter what we write (a node, the spec, one
     # of our objects) rather than only what status reports (pods, rollouts).
     urgent: bool = False
+    # The data plane's passes are not per key: no change of it is keyed
+    # (runtime/pacing.py); the loop's Trigger reads it.
+    keyed: bool = False
     # spec.namespace when the data plane refused it in its last pass (missing,
     # being deleted, or not granted to the operator): nothing may be written
     # there, istiod's waypoint class defaults included. None when accepted.

@@ -62,7 +62,7 @@ from ambient_operator.apply.ownership import describe
 from ambient_operator.apply.plan import Owner, PassMemo, plan
 from ambient_operator.apply.writer import NameConflictError, prune, set_finalizer, write
 from ambient_operator.cluster.enrollment import summarize
-from ambient_operator.cluster.facts import node_os
+from ambient_operator.cluster.facts import ClusterFacts, node_os
 from ambient_operator.cluster.versions import AgentTag, agent_tag, image_version, release_tag
 from ambient_operator.controllers.adoption import ORPHAN_FINALIZER, gather_takeover, orphan_all
 from ambient_operator.controllers.dataplane_moves import (
@@ -77,7 +77,7 @@ from ambient_operator.controllers.node_readiness import NodeReadinessGate
 from ambient_operator.kube.client import KubeError
 from ambient_operator.kube.resources import ObjectKey, key_of
 from ambient_operator.render import RenderResult, render_dataplane
-from ambient_operator.render.dataplane import deletes_pods
+from ambient_operator.render.dataplane import RenderMemo, deletes_pods
 from ambient_operator.render.model import PLATFORM_LINUX
 from ambient_operator.render.rollout import release_held
 from ambient_operator.render.values import NETWORK_ATTACHMENT_NAMESPACE, ZTUNNEL
@@ -146,6 +146,15 @@ class DataplaneController(DataplaneMoves):
     def memo(self) -> PassMemo:
         """What the last pass prepared and found up to date (apply/plan.py)."""
         return PassMemo()
+
+    @functools.cached_property
+    def renders(self) -> RenderMemo:
+        """Each platform's last render, by its inputs (render/dataplane.py)."""
+        return RenderMemo()
+
+    def render(self, spec: AmbientMeshSpec, facts: ClusterFacts) -> RenderResult:
+        """This pass's desired objects; only what changed since the last pass is rendered."""
+        return render_dataplane(spec, facts, cni_rbac=self.cni_rbac, memo=self.renders)
 
     def problems(self, spec: AmbientMeshSpec, result: RenderResult) -> list[Problem]:
         """Everything that makes the mesh Degraded (judged in status/components.py)."""
@@ -237,8 +246,9 @@ class DataplaneController(DataplaneMoves):
             # Pure, and the pass's largest piece of CPU (bench/profile_passes.py):
             # in a thread, the event loop keeps serving the waypoints' pass and
             # the watches meanwhile (a Gateway made with its namespace waited
-            # for the namespace's data-plane pass).
-            result = await asyncio.to_thread(render_dataplane, spec, facts, cni_rbac=self.cni_rbac)
+            # for the namespace's data-plane pass). Only the platforms whose
+            # inputs changed are rendered again (RenderMemo).
+            result = await asyncio.to_thread(self.render, spec, facts)
         except Exception as exc:  # a render bug must show in status, not kill the loop
             log.exception("render failed")
             await self._fail(mesh, previous, generation, MeshReason.RENDER_FAILED, str(exc))

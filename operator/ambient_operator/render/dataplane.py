@@ -28,6 +28,7 @@ from ambient_operator.render.model import (
     PLATFORM_LINUX,
     Component,
     DaemonSetPlan,
+    PlatformRollout,
     RenderResult,
 )
 from ambient_operator.render.platforms import RESOURCE_QUOTA_PODS, PlatformProfile, profile
@@ -62,7 +63,6 @@ class _Platform:
     """One platform's DaemonSet pair: "linux" or a Windows build."""
 
     name: str
-    nodes: tuple[NodeFacts, ...]
     # Both agents of a platform go to the same nodes.
     where: pl.Placement
     # What the cluster's Kubernetes platform (AKS, GKE, OpenShift...) needs.
@@ -346,8 +346,13 @@ def _ztunnel_env(spec: AmbientMeshSpec, plat: _Platform) -> list[dict[str, Any]]
 
 
 def _ztunnel(
-    spec: AmbientMeshSpec, facts: ClusterFacts, plat: _Platform, image: str, warnings: list[str]
+    spec: AmbientMeshSpec,
+    plat: _Platform,
+    image: str,
+    warnings: list[str],
+    addresses: tuple[str | None, str | None],
 ) -> dict[str, Any]:
+    """ztunnel's DaemonSet; `addresses` are istiod's and the cluster DNS's IPs (Windows only)."""
     values = _daemonset_values(spec, v.ZTUNNEL, plat)
     values["image"] = image
     own = _ztunnel_env(spec, plat)
@@ -362,10 +367,9 @@ def _ztunnel(
         values["volumes"] = _dumped(spec.ztunnel.volumes)
         values["volume_mounts"] = _dumped(spec.ztunnel.volume_mounts)
     else:
-        # A platform kept at another revision dials that revision's Service.
-        ip = facts.istiod_ips.get(spec.istiod.service(), facts.istiod_ip)
-        values["istiod"], _ = v.windows_istiod(spec, ip)
-        values["dns_ip"], _ = v.windows_dns(facts.dns_ip, spec)
+        istiod_ip, dns_ip = addresses
+        values["istiod"], _ = v.windows_istiod(spec, istiod_ip)
+        values["dns_ip"], _ = v.windows_dns(dns_ip, spec)
     return _with_extra_env(spec, v.ZTUNNEL, template, values, own, warnings, set())
 
 
@@ -567,12 +571,15 @@ def _network_policies(spec: AmbientMeshSpec) -> list[dict[str, Any]]:
 
 
 def _network_attachment(
-    spec: AmbientMeshSpec, facts: ClusterFacts
+    spec: AmbientMeshSpec, served: str
 ) -> tuple[list[dict[str, Any]], list[Problem]]:
-    """Multus's NetworkAttachmentDefinition for istio-cni, or why it cannot be written."""
+    """Multus's NetworkAttachmentDefinition for istio-cni, or why it cannot be written.
+
+    `served` is ClusterFacts.network_attachments.
+    """
     if spec.istio_cni.provider != "multus":
         return [], []
-    if facts.network_attachments == NETWORK_ATTACHMENTS_SERVED:
+    if served == NETWORK_ATTACHMENTS_SERVED:
         attachment = render_object(
             "networkattachmentdefinition.yaml.j2",
             name=v.NETWORK_ATTACHMENT,
@@ -581,7 +588,7 @@ def _network_attachment(
         )
         return [attachment], []
     where = f"NetworkAttachmentDefinition {v.NETWORK_ATTACHMENT_NAMESPACE}/{v.NETWORK_ATTACHMENT}"
-    if facts.network_attachments == NETWORK_ATTACHMENTS_NOT_GRANTED:
+    if served == NETWORK_ATTACHMENTS_NOT_GRANTED:
         why = (
             "the operator may not write NetworkAttachmentDefinitions. Set the chart value "
             "multus.enabled=true (helm upgrade ... --reuse-values --set multus.enabled=true; "
@@ -600,7 +607,7 @@ def _network_attachment(
 
 
 def _scc_rbac(
-    spec: AmbientMeshSpec, facts: ClusterFacts, accounts: Sequence[str]
+    spec: AmbientMeshSpec, moving_from: Sequence[str], accounts: Sequence[str]
 ) -> list[dict[str, Any]]:
     """OpenShift: the ztunnel accounts may use the privileged SCC (istio-cni's role has it)."""
     labels = v.labels(v.ZTUNNEL, PLATFORM_ALL)
@@ -611,7 +618,7 @@ def _scc_rbac(
         labels=labels,
         role=v.SA_ZTUNNEL,
         service_accounts=list(accounts),
-        namespaces=[spec.namespace, *sorted(set(facts.moving_from) - {spec.namespace})],
+        namespaces=_bound_namespaces(spec, moving_from),
     )
     return [role, binding]
 
@@ -638,8 +645,16 @@ def deletes_pods(spec: AmbientMeshSpec) -> bool:
     return spec.istio_cni.repair and spec.istio_cni.repair_mode == "Delete"
 
 
+def _bound_namespaces(spec: AmbientMeshSpec, moving_from: Sequence[str]) -> list[str]:
+    """Where the agents' accounts are bound: spec.namespace, and those being moved away from."""
+    return [spec.namespace, *sorted(set(moving_from) - {spec.namespace})]
+
+
 def _rbac(
-    spec: AmbientMeshSpec, facts: ClusterFacts, cni_daemonsets: Sequence[str]
+    spec: AmbientMeshSpec,
+    prof: PlatformProfile,
+    moving_from: Sequence[str],
+    cni_daemonsets: Sequence[str],
 ) -> list[dict[str, Any]]:
     labels = v.labels(v.ISTIO_CNI, PLATFORM_ALL)
     role = render_object(
@@ -649,7 +664,7 @@ def _rbac(
         daemonsets=sorted(cni_daemonsets),
         repair=spec.istio_cni.repair,
         delete_pods=deletes_pods(spec),
-        privileged_scc=profile(facts.platform).privileged_scc,
+        privileged_scc=prof.privileged_scc,
     )
     binding = render_object(
         "clusterrolebinding.yaml.j2",
@@ -660,7 +675,7 @@ def _rbac(
         # During a move the agents of both namespaces run: the old ones keep
         # working until the new ones are Ready, and the new ones need the
         # grant to become Ready at all.
-        namespaces=[spec.namespace, *sorted(set(facts.moving_from) - {spec.namespace})],
+        namespaces=_bound_namespaces(spec, moving_from),
     )
     return [role, binding]
 
@@ -670,8 +685,9 @@ def _platforms(
     linux: tuple[NodeFacts, ...],
     windows: dict[str, tuple[NodeFacts, ...]],
     prof: PlatformProfile,
-) -> list[_Platform]:
-    out: list[_Platform] = []
+) -> list[tuple[_Platform, tuple[NodeFacts, ...]]]:
+    """Each platform the spec enables, with the nodes its DaemonSets are for."""
+    out: list[tuple[_Platform, tuple[NodeFacts, ...]]] = []
     linux_spec = spec.platforms.linux
     if linux_spec.enabled:
         # The spec's directories win over the platform's.
@@ -686,19 +702,168 @@ def _platforms(
         where = pl.with_node_affinity(
             pl.placement(pl.linux_requirements(spec), linux), linux_spec.node_affinity
         )
-        out.append(_Platform(PLATFORM_LINUX, linux, where, prof))
+        out.append((_Platform(PLATFORM_LINUX, where, prof), linux))
     win = spec.platforms.windows
     if win.enabled:
         builds = sorted(set(win.builds)) if win.builds is not None else sorted(windows)
         for build in builds:
             nodes = windows.get(build, ())
             where = pl.placement(pl.windows_requirements(spec, build), nodes)
-            out.append(_Platform(build, nodes, where, prof))
+            out.append((_Platform(build, where, prof), nodes))
     return out
 
 
+@dataclass(frozen=True)
+class _PlatformInputs:
+    """Everything one platform's objects (its istio-cni ConfigMap and DaemonSets) depend on.
+
+    `_platform_objects` reads nothing else, so equal inputs give equal
+    objects, and `RenderMemo` keys a platform's last render by them. The
+    platform's nodes are not among them: they reach the objects only through
+    `platform.where`, the placement they make.
+    """
+
+    spec: AmbientMeshSpec
+    platform: _Platform
+    # Per component, the image this pass gives it (render/rollout.py), and the
+    # istiod revision its ztunnel serves.
+    images: tuple[tuple[Component, str], ...]
+    revision: str | None
+    # Windows only (None on Linux, which dials by name): the IPs of istiod's
+    # Service at that revision and of the cluster DNS, which HostProcess agents dial.
+    istiod_ip: str | None
+    dns_ip: str | None
+
+
+@dataclass(frozen=True)
+class _PlatformObjects:
+    """One platform's rendered objects, and the warnings rendering them gave."""
+
+    config: dict[str, Any]
+    daemonsets: tuple[tuple[Component, dict[str, Any]], ...]
+    warnings: tuple[str, ...]
+
+
+def _platform_inputs(
+    spec: AmbientMeshSpec, facts: ClusterFacts, plat: _Platform, rollout: PlatformRollout
+) -> _PlatformInputs:
+    istiod_ip = dns_ip = None
+    if plat.windows:
+        # A platform kept at another revision dials that revision's Service.
+        served = at_revision(spec, rollout.revision).istiod.service()
+        istiod_ip, dns_ip = facts.istiod_ips.get(served, facts.istiod_ip), facts.dns_ip
+    images = tuple((comp, rollout.images[comp]) for comp in (v.ISTIO_CNI, v.ZTUNNEL))
+    return _PlatformInputs(spec, plat, images, rollout.revision, istiod_ip, dns_ip)
+
+
+def _platform_objects(inputs: _PlatformInputs) -> _PlatformObjects:
+    spec, plat, images = inputs.spec, inputs.platform, dict(inputs.images)
+    warnings: list[str] = []
+    config, config_keys = _cni_config(spec, plat)
+    cni = _istio_cni(spec, plat, images[v.ISTIO_CNI], warnings, config_keys)
+    ztunnel = _ztunnel(
+        at_revision(spec, inputs.revision),
+        plat,
+        images[v.ZTUNNEL],
+        warnings,
+        (inputs.istiod_ip, inputs.dns_ip),
+    )
+    return _PlatformObjects(config, ((v.ISTIO_CNI, cni), (v.ZTUNNEL, ztunnel)), tuple(warnings))
+
+
+@dataclass(frozen=True)
+class _SharedInputs:
+    """Everything the objects every platform shares depend on (see `_shared_objects`)."""
+
+    spec: AmbientMeshSpec
+    # The ServiceAccounts the platforms use, and whether any platform is Linux.
+    accounts: tuple[tuple[str, Component], ...]
+    linux: bool
+    # The Linux istio-cni DaemonSet names its ClusterRole lets it read.
+    cni_daemonsets: tuple[str, ...]
+    profile: PlatformProfile
+    moving_from: tuple[str, ...]
+    network_attachments: str
+    cni_rbac: bool
+
+
+@dataclass(frozen=True)
+class _SharedObjects:
+    """The shared objects in apply order around the platforms' ConfigMaps, and their problems."""
+
+    before_configs: tuple[dict[str, Any], ...]
+    after_configs: tuple[dict[str, Any], ...]
+    problems: tuple[Problem, ...]
+
+
+def _shared_objects(inputs: _SharedInputs) -> _SharedObjects:
+    """ServiceAccounts, RBAC and ResourceQuotas; then NetworkPolicies and Multus's attachment.
+
+    None of them names a node: a node changes them only by adding or
+    removing a platform (which accounts exist, which DaemonSets istio-cni reads).
+    """
+    spec, prof = inputs.spec, inputs.profile
+    before = [_service_account(spec, n, comp) for n, comp in inputs.accounts]
+    after: list[dict[str, Any]] = []
+    problems: list[Problem] = []
+    if inputs.accounts and inputs.cni_rbac:
+        before.extend(_rbac(spec, prof, inputs.moving_from, inputs.cni_daemonsets))
+        if prof.privileged_scc:
+            ztunnels = [n for n, comp in inputs.accounts if comp == v.ZTUNNEL]
+            before.extend(_scc_rbac(spec, inputs.moving_from, ztunnels))
+    quotas = spec.resource_quotas.enabled
+    if inputs.accounts and (prof.resource_quotas if quotas is None else quotas):
+        # Before the DaemonSets: their pods are refused until the quotas exist.
+        before.extend(_resource_quotas(spec))
+    if spec.network_policy.enabled and inputs.linux:
+        after.extend(_network_policies(spec))
+    if inputs.linux:
+        # Multus attaches Linux pods only.
+        attachments, problems = _network_attachment(spec, inputs.network_attachments)
+        after.extend(attachments)
+    return _SharedObjects(tuple(before), tuple(after), tuple(problems))
+
+
+class RenderMemo:
+    """The last render of each platform's objects and of the shared ones, by their inputs.
+
+    Rendering is pure, so equal inputs give equal objects: a pass renders
+    again only what its inputs changed. A node that joins, leaves or changes
+    renders its own platform's objects again when it changes their placement,
+    and no other platform's; the shared objects only when the set of
+    platforms changes. Callers must not change what they are handed (the
+    next pass may be handed it again), as with apply/plan.py's PassMemo. It
+    holds one pass's renders: a platform not rendered in a pass is forgotten.
+    """
+
+    def __init__(self) -> None:
+        self._platforms: dict[str, tuple[_PlatformInputs, _PlatformObjects]] = {}
+        self._shared: tuple[_SharedInputs, _SharedObjects] | None = None
+
+    def platforms(self, wanted: Sequence[_PlatformInputs]) -> list[_PlatformObjects]:
+        """Each platform's objects: the last render's where its inputs are equal."""
+        kept: dict[str, tuple[_PlatformInputs, _PlatformObjects]] = {}
+        for inputs in wanted:
+            held = self._platforms.get(inputs.platform.name)
+            if held is None or held[0] != inputs:
+                held = (inputs, _platform_objects(inputs))
+            kept[inputs.platform.name] = held
+        self._platforms = kept
+        return [objects for _, objects in kept.values()]
+
+    def shared(self, inputs: _SharedInputs) -> _SharedObjects:
+        """The shared objects: the last render's when its inputs are equal."""
+        if self._shared is None or self._shared[0] != inputs:
+            self._shared = (inputs, _shared_objects(inputs))
+        return self._shared[1]
+
+
 def render_dataplane(
-    spec: AmbientMeshSpec, facts: ClusterFacts, *, cni_rbac: bool = True
+    spec: AmbientMeshSpec,
+    facts: ClusterFacts,
+    *,
+    cni_rbac: bool = True,
+    memo: RenderMemo | None = None,
 ) -> RenderResult:
     """Desired data-plane objects for a spec (defaults applied) and the cluster's facts.
 
@@ -709,17 +874,20 @@ def render_dataplane(
     `cni_rbac=False` leaves out the istio-cni
     ClusterRole and its binding, for installs that ship them (the chart):
     the operator then needs neither the agent's permissions nor RBAC writes.
+    `memo`, the last pass's (`RenderMemo`), spares rendering again what did
+    not change; the result is the same with or without it.
     """
+    memo = memo if memo is not None else RenderMemo()
     assignment = assign(spec, facts.nodes)
     prof = profile(facts.platform)
     platforms = _platforms(spec, assignment.linux, dict(assignment.windows), prof)
 
     warnings: list[str] = [facts.platform_warning] if facts.platform_warning else []
-    if any(p.windows for p in platforms):
+    if any(p.windows for p, _ in platforms):
         _, istiod_warning = v.windows_istiod(spec, facts.istiod_ip)
         _, dns_warning = v.windows_dns(facts.dns_ip, spec)
         warnings.extend(w for w in (istiod_warning, dns_warning) if w)
-        builds = [p.name for p in platforms if p.windows]
+        builds = [p.name for p, _ in platforms if p.windows]
         for component in (v.ZTUNNEL, v.ISTIO_CNI):
             image_warning = v.windows_image_warning(spec, component, builds)
             if image_warning:
@@ -728,73 +896,62 @@ def render_dataplane(
     accounts: list[tuple[str, Component]] = []
     if platforms:
         accounts.append((v.SA_ISTIO_CNI, v.ISTIO_CNI))
-    if any(not p.windows for p in platforms):
+    linux = any(not p.windows for p, _ in platforms)
+    if linux:
         accounts.append((v.SA_ZTUNNEL, v.ZTUNNEL))
-    if any(p.windows for p in platforms):
+    if any(p.windows for p, _ in platforms):
         accounts.append((v.SA_ZTUNNEL_WINDOWS, v.ZTUNNEL))
 
-    objects: list[dict[str, Any]] = [_service_account(spec, n, comp) for n, comp in accounts]
     # _platforms lists Linux first, then the Windows builds oldest first: the
     # order a change of the agents' images (a new version) takes.
     rollout = decide(
-        [p.name for p in platforms],
-        {p.name: _wanted_images(spec, p) for p in platforms},
+        [p.name for p, _ in platforms],
+        {p.name: _wanted_images(spec, p) for p, _ in platforms},
         facts.agents,
         spec.istiod.revision,
     )
-    images = {p.platform: p.images for p in rollout.platforms}
-    revisions = {p.platform: p.revision for p in rollout.platforms}
+    rendered = memo.platforms(
+        [
+            _platform_inputs(spec, facts, plat, turn)
+            for (plat, _), turn in zip(platforms, rollout.platforms, strict=True)
+        ]
+    )
     plans: list[DaemonSetPlan] = []
     daemonsets: list[dict[str, Any]] = []
-    configs: list[dict[str, Any]] = []
-    for plat in platforms:
-        nodes = tuple(n.name for n in plat.nodes)
-        config, config_keys = _cni_config(spec, plat)
-        configs.append(config)
-        cni = _istio_cni(spec, plat, images[plat.name][v.ISTIO_CNI], warnings, config_keys)
-        pair: tuple[tuple[Component, dict[str, Any]], ...] = (
-            (v.ISTIO_CNI, cni),
-            (
-                v.ZTUNNEL,
-                _ztunnel(
-                    at_revision(spec, revisions[plat.name]),
-                    facts,
-                    plat,
-                    images[plat.name][v.ZTUNNEL],
-                    warnings,
-                ),
-            ),
-        )
-        for component, obj in pair:
+    for (plat, nodes), done in zip(platforms, rendered, strict=True):
+        names = tuple(n.name for n in nodes)
+        for component, obj in done.daemonsets:
             daemonsets.append(obj)
-            plans.append(DaemonSetPlan(obj["metadata"]["name"], component, plat.name, nodes))
-    if platforms and cni_rbac:
-        # Only the Linux agent looks its DaemonSet up, by the one name the agent
-        # knows (istio-cni-node); the Windows agents skip the lookup.
-        cni_names = [
-            p.name for p in plans if p.component == v.ISTIO_CNI and p.platform == PLATFORM_LINUX
-        ]
-        objects.extend(_rbac(spec, facts, cni_names))
-        if prof.privileged_scc:
-            objects.extend(_scc_rbac(spec, facts, [n for n, comp in accounts if comp == v.ZTUNNEL]))
-    quotas = spec.resource_quotas.enabled
-    if platforms and (prof.resource_quotas if quotas is None else quotas):
-        # Before the DaemonSets: their pods are refused until the quotas exist.
-        objects.extend(_resource_quotas(spec))
-    objects.extend(configs)
-    if spec.network_policy.enabled and any(not p.windows for p in platforms):
-        objects.extend(_network_policies(spec))
-    problems: list[Problem] = []
-    if any(not p.windows for p in platforms):
-        # Multus attaches Linux pods only.
-        attachments, problems = _network_attachment(spec, facts)
-        objects.extend(attachments)
-    objects.extend(daemonsets)
+            plans.append(DaemonSetPlan(obj["metadata"]["name"], component, plat.name, names))
+        warnings.extend(done.warnings)
+    # Only the Linux agent looks its DaemonSet up, by the one name the agent
+    # knows (istio-cni-node); the Windows agents skip the lookup.
+    cni_names = tuple(
+        p.name for p in plans if p.component == v.ISTIO_CNI and p.platform == PLATFORM_LINUX
+    )
+    shared = memo.shared(
+        _SharedInputs(
+            spec,
+            tuple(accounts),
+            linux,
+            cni_names,
+            prof,
+            facts.moving_from,
+            facts.network_attachments,
+            cni_rbac,
+        )
+    )
+    objects = [
+        *shared.before_configs,
+        *(done.config for done in rendered),
+        *shared.after_configs,
+        *daemonsets,
+    ]
     return RenderResult(
         objects=tuple(objects),
         verdicts=assignment.verdicts,
         daemonsets=tuple(plans),
         warnings=tuple(warnings),
         rollout=rollout,
-        problems=tuple(problems),
+        problems=shared.problems,
     )

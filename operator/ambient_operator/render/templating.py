@@ -76,10 +76,11 @@ class _Kept:
 # thousands of renders at start-up), and parsing YAML, even with libyaml,
 # took about half the operator's CPU then.
 _PARSED = _Kept(2048)
-# Rendered objects by their template and values. A node pass renders every
-# DaemonSet again though few of their values changed; Jinja's render was a
-# third of the pass's CPU (bench/profile_passes.py). The values' JSON is the
-# key: a template reads nothing else.
+# Rendered objects by their template and values. A platform rendered again
+# (a node changed its placement: render/dataplane.py's RenderMemo) has few of
+# its values changed, its ConfigMap's none; Jinja's render was a third of a
+# node pass's CPU (bench/profile_passes.py). The values' JSON is the key: a
+# template reads nothing else.
 _RENDERED = _Kept(256)
 
 

@@ -25,6 +25,8 @@ class Trigger(Protocol):
 
     trigger: asyncio.Event
     urgent: bool
+    # Whether a pending change alters what is written for one key (runtime/pacing.py).
+    keyed: bool
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class ReconcileLoop:
                 self.pacer.idle_until(woke)
             await self._settle()
             urgent, self.source.urgent = self.source.urgent, False
+            self.source.keyed = False
             if not self.leading():
                 continue  # the elector pokes the loop when this replica takes over
             started = loop.time()
@@ -117,8 +120,9 @@ class ReconcileLoop:
             if left <= 0:
                 return
             # Picked again on every change: an urgent one arriving while status
-            # news settles must not wait the longer debounce.
-            debounce = self.pacer.debounce_for(now, urgent)
+            # news settles must not wait the longer debounce, nor a keyed one
+            # arriving while a burst of others does.
+            debounce = self.pacer.debounce_for(now, urgent, self.source.keyed)
             try:
                 await asyncio.wait_for(self.source.trigger.wait(), timeout=min(debounce, left))
             except TimeoutError:
@@ -132,10 +136,12 @@ class ReconcileLoop:
         """
         loop = asyncio.get_running_loop()
         now = loop.time()
-        deadline = now + self.pacer.woke(now, self.source.urgent)
+        deadline = now + self.pacer.woke(now, self.source.urgent, self.source.keyed)
         while True:
             now = loop.time()
-            if now >= deadline or self.pacer.urgent_goes_now(now, self.source.urgent):
+            if now >= deadline or self.pacer.urgent_goes_now(
+                now, self.source.urgent, self.source.keyed
+            ):
                 return
             self.source.trigger.clear()
             with contextlib.suppress(TimeoutError):

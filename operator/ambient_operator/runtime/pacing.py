@@ -15,6 +15,10 @@ Both are folded into passes, but differently:
   back), and while fewer than `URGENT_BURST` urgent passes ran since the
   loop was last idle (a change or two just before does not hold it back
   either).
+- A keyed change alters what is written for one key (a new or changed
+  Gateway, in the waypoints' loop, whose passes touch only the keys that
+  changed). Like a work queue's key it goes at once, with the short idle
+  debounce, however busy the loop: no burst of other changes holds it back.
 
 Pure bookkeeping over times the caller passes in, so it is tested without
 a clock.
@@ -44,17 +48,20 @@ class Pacer:
     # Urgent passes since the loop was last idle (IDLE_AFTER_SECONDS without a pass).
     busy_urgent: int = 0
 
-    def urgent_goes_now(self, now: float, urgent: bool) -> bool:
+    def urgent_goes_now(self, now: float, urgent: bool, keyed: bool = False) -> bool:
         """Whether a pending change is urgent and may skip the spacing.
 
         It may when no urgent pass ran lately (any gap is status churn's), or
-        while only a few urgent passes ran since the loop was last idle.
+        while only a few urgent passes ran since the loop was last idle; a
+        keyed change always may.
         """
+        if keyed:
+            return True
         if not urgent:
             return False
         return now - self.last_urgent_end >= IDLE_AFTER_SECONDS or (self.busy_urgent < URGENT_BURST)
 
-    def woke(self, now: float, urgent: bool) -> float:
+    def woke(self, now: float, urgent: bool, keyed: bool = False) -> float:
         """The loop woke for a change at `now`: seconds to wait before the pass.
 
         Called once per wake-up, since it grows the gap; while waiting, the
@@ -63,7 +70,7 @@ class Pacer:
         since = now - self.last_end
         if self.idle_until(now):
             return 0.0
-        if self.urgent_goes_now(now, urgent):
+        if self.urgent_goes_now(now, urgent, keyed):
             return 0.0
         self.gap = min(max(self.gap * 2, MIN_GAP_SECONDS), MAX_GAP_SECONDS)
         return max(self.gap - since, 0.0)
@@ -79,9 +86,11 @@ class Pacer:
         self.busy_urgent = 0
         return True
 
-    def debounce_for(self, now: float, urgent: bool) -> float:
+    def debounce_for(self, now: float, urgent: bool, keyed: bool = False) -> float:
         """How long the loop waits for companions of the latest change."""
-        return self.idle_debounce if self.urgent_goes_now(now, urgent) else self.debounce
+        if self.urgent_goes_now(now, urgent, keyed):
+            return self.idle_debounce
+        return self.debounce
 
     def ended(self, now: float, urgent: bool) -> None:
         """A pass ended at `now`; `urgent` tells whether it answered an urgent change."""

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from ambient_operator.api import constants as c
 from ambient_operator.cluster.state import ClusterState
+from ambient_operator.cluster.watches import desired_part
 from ambient_operator.controllers.waypoints.common import (
     CONCURRENCY,
     GATEWAY_API_RECHECK_SECONDS,
@@ -81,9 +82,14 @@ class WaypointCache:
         # caches would re-apply objects it has not seen yet.
         self.primed = False
         # What the loop (runtime/loop.py) waits on; every change here is one a
-        # user waits for (a Gateway, its objects), so every poke is urgent.
+        # user waits for (a Gateway, its objects), so every poke is urgent. One
+        # that alters what is written for a Gateway (it is new, changed or
+        # gone, or one of its objects drifted) is keyed too: it goes at once
+        # however busy the loop (runtime/pacing.py); status news (a
+        # Deployment's replicas, a Gateway's status) is batched when busy.
         self.trigger = asyncio.Event()
         self.urgent = False
+        self.keyed = False
         self._lock = asyncio.Lock()
         # Whether the API server serves Gateway API; asked again until it does.
         self.gateway_api = False
@@ -101,8 +107,9 @@ class WaypointCache:
         return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
 
     # -- watch events (called on the event loop) ---------------------------------
-    def _poke(self) -> None:
+    def _poke(self, keyed: bool = True) -> None:
         self.urgent = True
+        self.keyed = self.keyed or keyed
         self.trigger.set()
 
     def on_gateway(self, event: str | None, body: Mapping[str, Any]) -> None:
@@ -122,7 +129,11 @@ class WaypointCache:
         if old is not None and resource_version(old) >= resource_version(body):
             return  # our own write came back, or an event older than an apply response
         self.gateways[key] = cached_copy(body)
-        self.state.poke()
+        # A status change is this Gateway's alone: the operator's pass (its
+        # namespace checks and status.revisions) reads Gateways' spec and labels.
+        changed = old is None or desired_part(old) != desired_part(body)
+        if changed:
+            self.state.poke()
         if old is None:
             self.services_dirty = True
             # Pods seen before their Gateway are judged now.
@@ -130,7 +141,7 @@ class WaypointCache:
                 pod for pod, (name, _) in self.pods.items() if pod[0] == key[0] and name == key[1]
             }
         self.dirty.add(key)
-        self._poke()
+        self._poke(keyed=changed)
 
     def on_gateway_class(self, event: str | None, body: Mapping[str, Any]) -> None:
         """A GatewayClass changed: its Gateways may have become ours, or stopped being ours."""
@@ -159,6 +170,8 @@ class WaypointCache:
         key = (_key(body)[0], gateway)
         objects = self.objects.setdefault(key, {})
         obj_key = key_of(body)
+        # A rollout moving along is status; an edit or a deletion is drift.
+        drift = True
         if event == "DELETED":
             if objects.pop(obj_key, None) is not None:
                 self.vanished.add(key)
@@ -166,12 +179,13 @@ class WaypointCache:
             old = objects.get(obj_key)
             if old is not None and resource_version(old) >= resource_version(body):
                 return
+            drift = old is None or desired_part(old) != desired_part(body)
             objects[obj_key] = cached_copy(body)
         if not objects:
             self.objects.pop(key, None)
         if key in self.gateways:
             self.dirty.add(key)
-            self._poke()
+            self._poke(keyed=drift)
 
     def forget_pruned(self, body: Mapping[str, Any]) -> None:
         """Drop an object we just deleted: its deletion's event is then no news.
@@ -232,7 +246,7 @@ class WaypointCache:
         if self.pods.get(key) != placement:
             self.pods[key] = placement
             self.pods_unchecked.add(key)
-            self._poke()
+            self._poke(keyed=False)  # what is said of the pod, not what is written
 
     def on_service(self, event: str | None, body: Mapping[str, Any]) -> None:
         """Remember Services that name a waypoint (istio.io/use-waypoint)."""
@@ -245,7 +259,7 @@ class WaypointCache:
         }
         if event == "DELETED" or c.LABEL_USE_WAYPOINT not in relevant:
             if self.services.pop(key, None) is not None:
-                self._poke()
+                self._poke(keyed=False)  # Services are judged, not written
             return
         meta = body.get("metadata") or {}
         old = self.services.get(key)
@@ -263,7 +277,7 @@ class WaypointCache:
         }
         if old is None or old["labels"] != relevant or old["metadata"]["uid"] != meta.get("uid"):
             self.services_dirty = True
-            self._poke()
+            self._poke(keyed=False)
 
     def _drop_reader(self, reader: str) -> None:
         self._set_reads(reader, ())

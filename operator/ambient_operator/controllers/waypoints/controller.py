@@ -31,8 +31,10 @@ from ambient_operator.runtime.loop import ReconcileLoop, Timing
 
 # A burst of events within 100 ms of each other is one pass, and no change
 # waits longer than 1 s. A change to a loop that made few passes lately is
-# handled at once, without waiting for companions (see runtime/pacing.py);
-# passes are incremental, so a burst costs little more and needs no spacing out.
+# handled at once, without waiting for companions, and so is a new, changed or
+# deleted Gateway however busy the loop (keyed: see runtime/pacing.py and
+# cache.py); passes are incremental, so a burst costs little more and needs no
+# spacing out.
 IDLE_DEBOUNCE_SECONDS = 0.0
 TIMING = Timing(
     debounce=0.1,
