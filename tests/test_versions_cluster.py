@@ -325,15 +325,9 @@ def _assert_linux_first(daemonsets: Recorder, old_images: set[str], new: str) ->
         assert {_image(state[n]) for n in (*WS2022, *WS2025)} == old_images
 
 
-def test_a_version_change_rolls_linux_first_then_each_windows_build(
-    api: client.ApiClient, istio: IstioControlPlane, operator: RunningOperator
-) -> None:
-    old, new = "1.30.4", "1.31.0"
-    # The safe order: istiod first (a no-op after the test before).
-    _upgrade_istiod(istio, "1.31.0")
-    assert _istiod_image(api).endswith(":1.31.0-distroless")
-    wait_for(lambda: _all_ready(api, old), TIMEOUT, f"every DaemonSet Ready at {old}")
-
+def _roll(api: client.ApiClient, old: str, new: str) -> Recorder:
+    """Set the sample's tag from `old` to `new`, wait for every DaemonSet Ready at it, and
+    check the order (Linux, WS2022, WS2025); the AmbientMesh's recorded changes."""
     with (
         Recorder(_list_daemonsets(api)) as daemonsets,
         Recorder(_list_meshes(api)) as meshes,
@@ -348,6 +342,19 @@ def test_a_version_change_rolls_linux_first_then_each_windows_build(
         },
         new,
     )
+    return meshes
+
+
+def test_a_version_change_rolls_linux_first_then_each_windows_build(
+    api: client.ApiClient, istio: IstioControlPlane, operator: RunningOperator
+) -> None:
+    old, new = "1.30.4", "1.31.0"
+    # The safe order: istiod first (a no-op after the test before).
+    _upgrade_istiod(istio, "1.31.0")
+    assert _istiod_image(api).endswith(":1.31.0-distroless")
+    wait_for(lambda: _all_ready(api, old), TIMEOUT, f"every DaemonSet Ready at {old}")
+
+    meshes = _roll(api, old, new)
 
     # The status said which platform was rolling, in that order, and what Windows nodes lose.
     rolling: list[str] = []
@@ -384,20 +391,7 @@ def test_returning_the_tag_rolls_back_linux_first_and_says_so(
 ) -> None:
     was, back = "1.31.0", "1.30.4"  # where the test before left the agents, and its start
     wait_for(lambda: _all_ready(api, was), TIMEOUT, f"every DaemonSet Ready at {was}")
-    with (
-        Recorder(_list_daemonsets(api)) as daemonsets,
-        Recorder(_list_meshes(api)) as meshes,
-    ):
-        set_mesh_spec(api, _mesh_spec(back))
-        wait_for(lambda: _all_ready(api, back), TIMEOUT, f"every DaemonSet Ready at {back}")
-    _assert_linux_first(
-        daemonsets,
-        {
-            f"registry.example.com/istio/install-cni-windows:{was}",
-            f"registry.example.com/istio/ztunnel-windows:{was}",
-        },
-        back,
-    )
+    meshes = _roll(api, was, back)
     said = {
         condition(e["object"], "Reconciled").get("message", "").split("; ")[1]
         for e in meshes.events
