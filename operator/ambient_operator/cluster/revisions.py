@@ -62,16 +62,6 @@ class RevisionChoice:
     # The label's value, when it named a tag.
     tag: str | None = None
 
-    def describe(self) -> str:
-        """`canary (tag prod, from the Gateway's istio.io/rev)`, for messages."""
-        name = self.revision or DEFAULT_REVISION
-        via = {
-            "gateway": "the Gateway's istio.io/rev",
-            "namespace": "its namespace's istio.io/rev",
-            "mesh": "spec.istiod.revision",
-        }[self.source]
-        return f"{name} ({f'tag {self.tag}, ' if self.tag else ''}from {via})"
-
 
 def resolve(value: str, tags: Mapping[str, str]) -> tuple[str | None, str | None]:
     """(revision, tag) an istio.io/rev value names; revision None for `default`."""
