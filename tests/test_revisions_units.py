@@ -86,7 +86,7 @@ def test_what_waypoints_depend_on_besides_their_gateway() -> None:
         "a": {"labels": {"istio.io/rev": "prod"}},
         "b": {"labels": {"istio.io/dataplane-mode": "ambient"}},
     }
-    tags = {"istio-revision-tag-prod": TAG_PROD}
+    tags = revision_tags([TAG_PROD])
     assert revision_inputs(tags, namespaces) == ((("prod", "canary"),), (("a", "prod"),))
 
 

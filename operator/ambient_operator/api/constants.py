@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 from typing import Any, Final
 
 API_GROUP: Final = "ambientoperator.io"
@@ -13,6 +14,17 @@ CRD_NAME: Final = "ambientmeshes.ambientoperator.io"
 SINGULAR: Final = "ambientmesh"
 SHORT_NAMES: Final = ("amesh",)
 MESH_NAME: Final = "default"
+
+
+def operator_version() -> str | None:
+    """This operator's version, as its installed package says; None in a source tree not
+    installed. The API server's audit log sees it in the user agent, and the agents'
+    DaemonSets name it as the writer of their template (apply/held.py)."""
+    try:
+        return importlib.metadata.version("ambient-operator")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
 
 # The default Istio release of the agents: the release tagged at the commit of
 # istio.io/istio pinned in hack/cluster/istio/go.mod, whose charts and istiod

@@ -39,7 +39,6 @@ Pure: the controller gives the live objects and the inputs.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -65,14 +64,6 @@ OPERATOR_UPGRADE = "OperatorUpgrade"
 TAKEN_OVER = "TakenOver"
 # Fields of a held template shown in status (it takes at most 32).
 DIFFERENCES_SHOWN = 32
-
-
-def operator_version() -> str:
-    """This operator's version, as the package says (TEMPLATE_BY's value)."""
-    try:
-        return importlib.metadata.version("ambient-operator")
-    except importlib.metadata.PackageNotFoundError:  # a source tree not installed
-        return "unknown"
 
 
 def inputs_digest(spec: AmbientMeshSpec) -> str:

@@ -117,13 +117,14 @@ def with_revision(spec: AmbientMeshSpec, choice: RevisionChoice) -> AmbientMeshS
 
 
 def revision_inputs(
-    tags: Mapping[str, Mapping[str, Any]], namespaces: Mapping[str, Mapping[str, Any]]
+    tags: Mapping[str, str], namespaces: Mapping[str, Mapping[str, Any]]
 ) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
-    """What every waypoint's revision depends on besides its Gateway: the tags, and the
-    namespaces' istio.io/rev labels. A change of it re-renders the waypoints."""
+    """What every waypoint's revision depends on besides its Gateway: the tags (tag ->
+    revision), and the namespaces' istio.io/rev labels. A change of it re-renders the
+    waypoints."""
     labelled = (
         (name, str(rev))
         for name, ns in namespaces.items()
         if (rev := (ns.get("labels") or {}).get(c.LABEL_REVISION))
     )
-    return tuple(sorted(revision_tags(tags.values()).items())), tuple(sorted(labelled))
+    return tuple(sorted(tags.items())), tuple(sorted(labelled))

@@ -56,7 +56,6 @@ from ambient_operator.apply.held import (
     approval,
     held,
     inputs_digest,
-    operator_version,
 )
 from ambient_operator.apply.ownership import describe
 from ambient_operator.apply.plan import Owner, PassMemo, plan
@@ -140,7 +139,7 @@ class DataplaneController(DataplaneMoves):
         return NodeReadinessGate(self.state, self.kube)
 
     # The version TEMPLATE_BY records (apply/held.py).
-    version = operator_version()
+    version = c.operator_version() or "unknown"
 
     @functools.cached_property
     def memo(self) -> PassMemo:

@@ -7,7 +7,6 @@ to the API server comes from `kube/credentials.py`.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -23,15 +22,9 @@ from ambient_operator.kube.resources import InvalidNameError, Kind, kind_of
 _WRITES = {"POST", "PUT", "PATCH", "DELETE"}
 
 
-def _user_agent() -> str:
-    # Names our requests in the API server's audit log and its metrics.
-    try:
-        return f"ambient-operator/{importlib.metadata.version('ambient-operator')}"
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree not installed
-        return "ambient-operator"
-
-
-USER_AGENT = _user_agent()
+# Names our requests in the API server's audit log and its metrics.
+_VERSION = c.operator_version()
+USER_AGENT = f"ambient-operator/{_VERSION}" if _VERSION else "ambient-operator"
 
 
 class KubeError(Exception):

@@ -75,6 +75,8 @@ class WaypointCache:
         self._spec_seen: Any = None
         self._windows_seen: bool | None = None
         self._revisions_seen: Any = None
+        # istiod's revision tags (tag -> revision), read once per pass.
+        self.tags: dict[str, str] = {}
         self._last_full = time.monotonic()
         self._failures: dict[GatewayKey, int] = {}
         self._awaiting_namespace: str | None = None

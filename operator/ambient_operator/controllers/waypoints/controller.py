@@ -18,7 +18,7 @@ from ambient_operator.api import metrics
 from ambient_operator.api.conditions import ErrorReason
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.cluster.facts import node_os
-from ambient_operator.cluster.revisions import revision_inputs
+from ambient_operator.cluster.revisions import revision_inputs, revision_tags
 from ambient_operator.controllers.waypoints.common import (
     CONCURRENCY,
     METRICS_NAME,
@@ -86,7 +86,8 @@ class WaypointController(WaypointReports):
             self.mark_all()
         # A tag moved, or a namespace's istio.io/rev: any waypoint may talk to
         # another istiod now (cluster/revisions.py).
-        revisions = revision_inputs(self.state.revision_tags, self.state.namespaces)
+        self.tags = revision_tags(self.state.revision_tags.values())
+        revisions = revision_inputs(self.tags, self.state.namespaces)
         if revisions != self._revisions_seen:
             self._revisions_seen = revisions
             self.mark_all()

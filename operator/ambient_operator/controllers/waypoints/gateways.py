@@ -14,7 +14,6 @@ from ambient_operator.apply.plan import Owner, plan, prepare
 from ambient_operator.apply.writer import NameConflictError, hand_over, write
 from ambient_operator.cluster.revisions import (
     RevisionChoice,
-    revision_tags,
     waypoint_revision,
     with_revision,
 )
@@ -194,7 +193,7 @@ class WaypointGateways(WaypointClasses):
             meta.get("labels") or {},
             namespace.get("labels") or {},
             spec.istiod.revision,
-            revision_tags(self.state.revision_tags.values()),
+            self.tags,
         )
 
     def _owned(self, key: GatewayKey, owner: Owner) -> dict[ObjectKey, dict[str, Any]]:
