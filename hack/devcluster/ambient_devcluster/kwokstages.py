@@ -223,8 +223,13 @@ def _stage(name: str, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def stages() -> list[dict[str, Any]]:
-    """The Stage objects kwok plays for nodes and pods."""
+def stages(
+    heartbeat_ms: tuple[int, int] = (HEARTBEAT_MS, HEARTBEAT_JITTER_MS),
+) -> list[dict[str, Any]]:
+    """The Stage objects kwok plays for nodes and pods.
+
+    `heartbeat_ms` is the (least, most) time between a node's heartbeats.
+    """
     not_deleted = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
     return [
         _stage(
@@ -251,8 +256,8 @@ def stages() -> list[dict[str, Any]]:
                     ]
                 },
                 "delay": {
-                    "durationMilliseconds": HEARTBEAT_MS,
-                    "jitterDurationMilliseconds": HEARTBEAT_JITTER_MS,
+                    "durationMilliseconds": heartbeat_ms[0],
+                    "jitterDurationMilliseconds": heartbeat_ms[1],
                 },
                 "next": {"statusTemplate": _NODE_HEARTBEAT_TEMPLATE},
             },
@@ -304,6 +309,6 @@ def stages() -> list[dict[str, Any]]:
     ]
 
 
-def config_yaml() -> str:
+def config_yaml(heartbeat_ms: tuple[int, int] = (HEARTBEAT_MS, HEARTBEAT_JITTER_MS)) -> str:
     """The multi-document YAML to pass to ``kwok --config``."""
-    return yaml.safe_dump_all(stages(), sort_keys=False)
+    return yaml.safe_dump_all(stages(heartbeat_ms), sort_keys=False)

@@ -139,6 +139,7 @@ class LocalCluster:
         stop_timeout: float = 15.0,
         verbose: bool = True,
         extra_args: Mapping[str, Sequence[str]] | None = None,
+        node_heartbeat_ms: tuple[int, int] | None = None,
     ):
         self._owns_workdir = workdir is None
         self.workdir = Path(
@@ -150,6 +151,13 @@ class LocalCluster:
         self.verbose = verbose
         # Flags added to a component's command line, by component name.
         self.extra_args = {name: list(args) for name, args in (extra_args or {}).items()}
+        # (least, most) ms between a kwok node's status heartbeats. The default
+        # keeps kube-controller-manager's grace period; a benchmark of a large
+        # cluster asks for a kubelet's own pace (a status every 5 minutes).
+        self.node_heartbeat_ms = node_heartbeat_ms or (
+            kwokstages.HEARTBEAT_MS,
+            kwokstages.HEARTBEAT_JITTER_MS,
+        )
         self.ports = Ports.allocate()
         self.pki_dir = self.workdir / "pki"
         self.log_dir = self.workdir / "logs"
@@ -423,7 +431,7 @@ class LocalCluster:
             pki.write_kubeconfig(
                 path, server=self.server, ca_file=ca.cert_file, user=cn, client=pair
             )
-        (self.workdir / "kwok.yaml").write_text(kwokstages.config_yaml())
+        (self.workdir / "kwok.yaml").write_text(kwokstages.config_yaml(self.node_heartbeat_ms))
         # Metadata of every completed request; the control plane's own chatter
         # (kwok heartbeats, controllers) is left out to keep the file small.
         (self.workdir / "audit-policy.yaml").write_text(

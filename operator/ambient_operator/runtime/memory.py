@@ -8,12 +8,16 @@ and at its peak, and the largest holders two ways. `files` charges each
 allocation to the file that made it (json's decoder, say); `callers`
 charges it to the innermost frame of the operator or of kopf above it,
 which tells whose data it is. bench/scale.py asks for one at convergence.
+With `AMBIENT_OPERATOR_MEMORY_TOP=0` a report holds the sizes only: no
+snapshot, which takes minutes at 50,000 pods (bench/growth.py asks for
+many, between additions of objects).
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import json
 import logging
 import os
@@ -27,6 +31,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 REPORT_ENV = "AMBIENT_OPERATOR_MEMORY_REPORT"
+TOP_ENV = "AMBIENT_OPERATOR_MEMORY_TOP"
 TOP = 25
 # Frames of these packages name who holds memory allocated below them.
 OWNERS = ("/ambient_operator/", "/kopf/")
@@ -48,9 +53,15 @@ def _short(filename: str) -> str:
 
 
 def report(top: int = TOP) -> dict[str, Any]:
-    """The traced memory now and at its peak, with its largest holders; {} when not tracing."""
+    """The traced memory now and at its peak, with the `top` largest holders; {} untraced."""
     if not tracemalloc.is_tracing():
         return {}
+    if top <= 0:
+        # Sizes alone are compared between reports (bench/growth.py): garbage
+        # in cycles that a later collection would free must not count.
+        gc.collect()
+        current, peak = tracemalloc.get_traced_memory()
+        return {"time": time.time(), "traced_bytes": current, "traced_peak_bytes": peak}
     current, peak = tracemalloc.get_traced_memory()
     # Unfiltered: a filter matches every frame of millions of traces by pattern.
     snapshot = tracemalloc.take_snapshot()
@@ -70,7 +81,11 @@ def report(top: int = TOP) -> dict[str, Any]:
 
 
 def _on_signal(_signum: int, _frame: FrameType | None) -> None:
-    line = json.dumps(report())
+    try:
+        top = int(os.environ.get(TOP_ENV, TOP))
+    except ValueError:
+        top = TOP
+    line = json.dumps(report(top))
     path = os.environ.get(REPORT_ENV)
     if not path:
         log.warning("memory report: %s", line)
