@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 NODES ?= operator/ambient_operator/samples/nodes-mixed.yaml
 CLUSTER_STATE ?= .cache/cluster
 
-.PHONY: all venv bins lint typecheck test demo cluster-up cluster-down crd docs krew bench clean
+.PHONY: all venv bins lint typecheck test demo cluster-up cluster-down crd docs krew bench bench-growth clean
 
 all: test
 
@@ -77,6 +77,11 @@ demo: venv bins
 # a table, charts in bench/out/, and docs/performance.md.
 bench: venv bins
 	$(PY) bench/run_all.py
+
+# How cost grows with the cluster (S, M, L beside istiod and a floor; about 30 minutes
+# on 2 cores): charts in bench/out/growth/ and docs/growth/, a section of docs/performance.md.
+bench-growth: venv bins
+	$(PY) bench/growth.py
 
 clean:
 	rm -rf $(VENV) .cache .mypy_cache .ruff_cache .pytest_cache

@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import growth
 from ambient_operator.kube.client import LIST_PAGE_SIZE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -1504,7 +1505,11 @@ def write_outputs(results: dict[str, Any], out: Path, doc: Path) -> list[Path]:
     print(table(rows))
     written = [saved, *charts(results, out)]
     doc.parent.mkdir(parents=True, exist_ok=True)
-    doc.write_text(document(results, rows))
+    text = document(results, rows)
+    # The growth section is bench/growth.py's (make bench-growth), measured
+    # in a run of its own: kept as it was.
+    kept = growth.block_of(doc.read_text()) if doc.exists() else None
+    doc.write_text(growth.splice(text, kept) if kept else text)
     written.append(doc)
     return written
 

@@ -99,16 +99,28 @@ def _namespace_name(i: int) -> str:
 
 
 def populate(
-    api: client.ApiClient, scale: Scale, progress: Callable[[str], None]
+    api: client.ApiClient,
+    scale: Scale,
+    progress: Callable[[str], None],
+    controller_manager: bool = True,
 ) -> dict[str, Any]:
-    """Create every object of the scenario; returns what render needs to know."""
+    """Create every object of the scenario; returns what render needs to know.
+
+    Settled once kwok runs every pod and, with a `controller_manager`
+    running, once it has published every namespace's root CA.
+    """
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     rng = random.Random(11)
     began = time.monotonic()
 
     raw_nodes = render_scale.inventory(scale.nodes)
     _parallel(
-        (lambda n=n: _ignore_exists(lambda: core.create_node(to_kwok_node(n)))) for n in raw_nodes
+        (
+            lambda n=n: _ignore_exists(
+                lambda: core.create_node(to_kwok_node(n), _preload_content=False)
+            )
+        )
+        for n in raw_nodes
     )
     progress(f"scale: {scale.nodes} nodes created ({time.monotonic() - began:.0f}s)")
 
@@ -122,12 +134,16 @@ def populate(
         if name in waypoint_ns:
             labels[c.LABEL_USE_WAYPOINT] = "waypoint"
         _ignore_exists(
-            lambda: core.create_namespace({"metadata": {"name": name, "labels": labels}})
+            lambda: core.create_namespace(
+                {"metadata": {"name": name, "labels": labels}}, _preload_content=False
+            )
         )
         # Pods need the default ServiceAccount; making it here spares waiting
         # for the controller to make a thousand of them at its own pace.
         _ignore_exists(
-            lambda: core.create_namespaced_service_account(name, {"metadata": {"name": "default"}})
+            lambda: core.create_namespaced_service_account(
+                name, {"metadata": {"name": "default"}}, _preload_content=False
+            )
         )
 
     _parallel((lambda i=i: make_namespace(i)) for i in range(scale.namespaces))
@@ -178,8 +194,14 @@ def populate(
         return _namespace_name(j % scale.namespaces), body
 
     bodies = [pod(j) for j in range(scale.pods)]
+    # The response is not read into a model: at 50,000 pods that alone would
+    # keep this client's core busy for minutes.
     _parallel(
-        (lambda ns=ns, b=b: _ignore_exists(lambda: core.create_namespaced_pod(ns, b)))
+        (
+            lambda ns=ns, b=b: _ignore_exists(
+                lambda: core.create_namespaced_pod(ns, b, _preload_content=False)
+            )
+        )
         for ns, b in bodies
     )
     progress(f"scale: {scale.pods} pods created ({time.monotonic() - began:.0f}s)")
@@ -189,12 +211,14 @@ def populate(
         waiting = core.list_pod_for_all_namespaces(
             field_selector="status.phase!=Running", limit=1
         ).items
+        if not controller_manager:
+            return not waiting
         roots = core.list_config_map_for_all_namespaces(
             field_selector="metadata.name=kube-root-ca.crt", _preload_content=False
         )
         return not waiting and len(json.loads(roots.data)["items"]) >= scale.namespaces
 
-    wait_for(settled, 900, "every pod Running and every namespace's root CA", interval=2)
+    wait_for(settled, 1200, "every pod Running and every namespace's root CA", interval=2)
     populate_s = time.monotonic() - began
     progress(f"scale: cluster populated and settled in {populate_s:.0f}s")
     return {

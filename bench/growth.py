@@ -1,0 +1,1229 @@
+"""How the operator's cost grows with the cluster, beside istiod and a floor, in one run.
+
+    .venv/bin/python bench/growth.py [--sizes S,M,L] [--doc docs/performance.md] [--out DIR]
+    make bench-growth
+
+For each size, a private local control plane (etcd, kube-apiserver and
+kwok; kube-controller-manager and kube-scheduler are stopped once up, so
+no DaemonSet or Deployment grows pods and what is measured is the
+operator, not the simulated cluster's controllers) is populated the way
+bench/scale.py does it (its node OS/build mix, every other namespace
+enrolled, one waypoint Gateway per enrolled namespace up to the size's
+count, bare pods bound to the kwok nodes, which kwok runs). kwok's nodes
+send a status heartbeat every 2.5 to 7.5 minutes (5 on average), a
+kubelet's pace with leases; leases themselves are not sent, as neither
+istiod nor the operator watches them.
+
+Then, one after the other while the others idle:
+
+1. istiod: the real `pilot-discovery` from the pinned module, installed
+   from Istio's charts with the ambient profile and run out of cluster
+   against the same API server. Converged: its `/ready` answers 200
+   (its informers synced and its first push computed).
+2. the operator (`ambient-operator run`). Converged: AmbientMesh
+   Reconciled=True for its generation, its status counting every node,
+   every enrolled namespace and every enrolled pod, every DaemonSet and
+   every waypoint Deployment applied, and every Gateway Accepted=True.
+3. the floor (bench/floor_client.py): a client that lists and watches
+   exactly what the operator listed (taken from the audit log) and keeps
+   every object, and does nothing else. Converged: every list done and
+   every watch open.
+
+For each: wall time and CPU-seconds from its spawn to converged, its API
+requests meanwhile by verb (the audit log; watches are logged when they
+end, so open ones are not counted), peak resident set (VmHWM).
+
+Then all three run together through:
+
+- churn, `churn_s`: 20 pod creates and 20 deletes a second across the
+  enrolled namespaces (kwok runs and confirms each, as a kubelet would),
+  a node added every 5 s and removed 2.5 s later, and a namespace label
+  flip a second (`istio.io/dataplane-mode` set to an invalid value, then
+  back 2.5 s later). CPU-seconds of each process over the phase, per
+  churn request; reaction to each node and label change: the operator's
+  (the AmbientMesh status counting the node; the Warning Event naming the
+  label) and the floor's (its watch event), from the request's start.
+  istiod writes nothing for these in a cluster without proxies, so its
+  reaction cannot be seen from outside; its CPU can.
+- idle, `idle_s`: nothing but the heartbeats; CPU of each process, then
+  each one's resident set (VmRSS) as the settled figure.
+
+At the sizes in `TRACED`, the operator is then restarted under
+tracemalloc (one frame per allocation, sizes only, no snapshot), converged
+again, and fed a tenth more of each kind of object (pods, nodes,
+namespaces, Gateways), one kind at a time: the traced bytes it keeps
+afterwards, less before, divided by the objects added, is its memory per
+object of that kind.
+
+Writes results.json and one PNG chart per figure against cluster size into
+`--out`, and the section "Growth with the cluster" of `--doc` (replacing
+only that section, between its markers; bench/run_all.py keeps it when it
+rewrites the rest). Charts named by the document are copied next to it
+into docs/growth/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench" / "out" / "growth"
+DOC = ROOT / "docs" / "performance.md"
+CHART_DIR = "growth"  # beside the document
+BEGIN = "<!-- growth:begin (bench/growth.py writes this section) -->"
+END = "<!-- growth:end -->"
+SIDES = ("operator", "istiod", "floor")
+ISTIOD_USER = "growth-istiod"
+FLOOR_USER = "growth-floor"
+MIB = 1024.0
+
+
+@dataclass(frozen=True)
+class Size:
+    """One cluster size."""
+
+    name: str
+    nodes: int
+    pods: int
+    namespaces: int
+    waypoints: int
+
+
+SIZES = {
+    "S": Size("S", 100, 1_000, 100, 20),
+    "M": Size("M", 1_000, 10_000, 1_000, 200),
+    "L": Size("L", 5_000, 50_000, 5_000, 1_000),
+}
+# Memory per object is traced at these sizes.
+TRACED = ("M", "L")
+
+
+@dataclass(frozen=True)
+class Phases:
+    """How long and how hard each phase runs."""
+
+    churn_s: float = 60.0
+    idle_s: float = 120.0
+    pods_per_s: float = 20.0
+    node_every_s: float = 5.0
+    flip_every_s: float = 1.0
+    # How long a flipped label stays invalid: a pass that comes after it is
+    # back has nothing to say, and the flip goes unanswered (counted as missed).
+    flip_hold_s: float = 2.5
+    # kwok's (least, most) ms between a node's heartbeats: 5 minutes on average.
+    heartbeat_ms: tuple[int, int] = (150_000, 450_000)
+    traced: tuple[str, ...] = TRACED
+    # Patience for one side's convergence.
+    timeout_s: float = 900.0
+
+
+# -- processes -----------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, in seconds (0 once it is gone)."""
+    with contextlib.suppress(OSError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
+def _kib(pid: int, field_name: str) -> int:
+    from benchlib import proc_status_kib
+
+    return proc_status_kib(pid, field_name)
+
+
+class FloorProcess:
+    """bench/floor_client.py as a process of its own."""
+
+    def __init__(self, kubeconfig: Path, log: Path, collections: list[str]) -> None:
+        self.kubeconfig = kubeconfig
+        self.log = log
+        self.collections = collections
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+
+    def start(self) -> None:
+        """Spawn it; `started_at` is the monotonic time of the spawn."""
+        argv = [
+            sys.executable,
+            str(ROOT / "bench" / "floor_client.py"),
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--log",
+            str(self.log),
+            *self.collections,
+        ]
+        self.started_at = time.monotonic()
+        self.proc = subprocess.Popen(argv, stderr=(self.log.with_suffix(".err")).open("wb"))
+
+    @property
+    def pid(self) -> int:
+        """The process id (the process must have been started)."""
+        assert self.proc is not None
+        return self.proc.pid
+
+    def lines(self) -> list[str]:
+        """What it has logged so far."""
+        return self.log.read_text().splitlines() if self.log.exists() else []
+
+    def synced_at(self) -> float | None:
+        """The monotonic time it said every list was done and every watch open."""
+        if self.proc is not None and self.proc.poll() is not None:
+            err = self.log.with_suffix(".err").read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"the floor client exited: {err}")
+        for line in self.lines():
+            if line.startswith("synced "):
+                return float(line.split()[1])
+        return None
+
+    def events(self) -> list[tuple[float, str, str, str]]:
+        """(time, type, kind, namespace/name) of each watch event it logged."""
+        out = []
+        for line in self.lines():
+            if line.startswith("event "):
+                _, at, kind_of_event, kind, key = line.split(" ", 4)
+                out.append((float(at), kind_of_event, kind, key))
+        return out
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+# -- convergence -----------------------------------------------------------------------------
+
+
+def enrolled_pods(size: Size, extra: int = 0) -> int:
+    """Pods in enrolled namespaces: pod j lives in namespace j mod n, even ones are enrolled."""
+    return sum(1 for j in range(size.pods) if (j % size.namespaces) % 2 == 0) + extra
+
+
+def enrolled_namespaces(size: Size) -> int:
+    """Every other namespace, from the first, asks for ambient."""
+    return (size.namespaces + 1) // 2
+
+
+@dataclass
+class Expected:
+    """What the operator's status and objects must show once it has caught up."""
+
+    nodes: int
+    namespaces: int
+    pods: int
+    daemonsets: set[str]
+    gateways: int
+
+
+def operator_converged(api: Any, want: Expected) -> bool:
+    """One poll: whether the operator has written everything `want` describes."""
+    from kubernetes import client
+
+    from ambient_devcluster.harness import current, get_mesh
+    from ambient_operator.api import constants as c
+
+    mesh = get_mesh(api)
+    status = mesh.get("status") or {}
+    if not current(mesh, "Reconciled"):
+        return False
+    if (status.get("nodes") or {}).get("total") != want.nodes:
+        return False
+    enrollment = status.get("enrollment") or {}
+    if enrollment.get("namespaces") != want.namespaces:
+        return False
+    pods = sum(
+        sum((enrollment.get(os_pods) or {}).get(s, 0) for s in ("enabled", "pending", "missing"))
+        for os_pods in ("linuxPods", "windowsPods")
+    )
+    if pods != want.pods:
+        return False
+    managed = f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY}"
+    apps = client.AppsV1Api(api)
+    daemonsets = apps.list_namespaced_daemon_set(
+        "istio-system", label_selector=managed, _preload_content=False
+    )
+    names = {d["metadata"]["name"] for d in json.loads(daemonsets.data)["items"]}
+    if not names >= want.daemonsets:
+        return False
+    deployments = apps.list_deployment_for_all_namespaces(
+        label_selector=f"{c.LABEL_GATEWAY_NAME},{managed}", _preload_content=False
+    )
+    if len(json.loads(deployments.data)["items"]) < want.gateways:
+        return False
+    gateways = client.CustomObjectsApi(api).list_cluster_custom_object(
+        "gateway.networking.k8s.io", "v1", "gateways"
+    )["items"]
+    return len(gateways) >= want.gateways and all(current(gw, "Accepted") for gw in gateways)
+
+
+# -- churn -----------------------------------------------------------------------------------
+
+
+class Ticker:
+    """Runs `fn(k)` at start + k * every, for k = 0, 1, ..., until `stop`; in a pool."""
+
+    def __init__(self, every: float, fn: Callable[[int], None], pool: ThreadPoolExecutor) -> None:
+        self.every = every
+        self.fn = fn
+        self.pool = pool
+        self.errors: list[str] = []
+
+    def run(self, start: float, stop: float) -> None:
+        """Until `stop` (monotonic); each call goes to the pool, so a slow one delays none."""
+        futures = []
+        for k in itertools.count():
+            at = start + k * self.every
+            if at >= stop:
+                break
+            wait = at - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)  # pacing the load this bench makes, not waiting for a result
+            futures.append(self.pool.submit(self._guarded, k))
+        for f in futures:
+            f.result()
+
+    def _guarded(self, k: int) -> None:
+        try:
+            self.fn(k)
+        except Exception as exc:  # counted and reported; one failed request ends nothing
+            self.errors.append(f"{type(exc).__name__}: {exc}"[:300])
+
+
+def churn_node(name: str) -> dict[str, Any]:
+    """A linux/amd64 kwok node of the scale bench's kind."""
+    from ambient_devcluster import to_kwok_node
+    from ambient_operator.api import constants as c
+
+    return to_kwok_node(
+        {
+            "metadata": {
+                "name": name,
+                "labels": {
+                    c.LABEL_OS: "linux",
+                    c.LABEL_ARCH: "amd64",
+                    c.LABEL_HOSTNAME: name,
+                },
+            },
+            "status": {
+                "nodeInfo": {
+                    "operatingSystem": "linux",
+                    "architecture": "amd64",
+                    "kernelVersion": "6.8.0-1021-azure",
+                }
+            },
+        }
+    )
+
+
+def app_pod(name: str, node: str) -> dict[str, Any]:
+    """A bare pod bound to `node`."""
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "app", "image": "example.com/app:1"}],
+        },
+    }
+
+
+def churn(
+    api: Any,
+    size: Size,
+    phases: Phases,
+    base_nodes: int,
+    linux_node: str,
+    floor: FloorProcess,
+) -> dict[str, Any]:
+    """The churn phase: requests at a steady rate; the operator's and the floor's reactions."""
+    from kubernetes import client
+
+    from ambient_operator.api import constants as c
+    from benchlib import Watcher
+    from scale import _namespace_name
+
+    core = client.CoreV1Api(api)
+    enrolled = [_namespace_name(i) for i in range(0, size.namespaces, 2)]
+    # Namespaces whose labels flip: enrolled ones without a waypoint, so a flip
+    # changes what is enrolled, not where traffic goes.
+    with_waypoint = {
+        _namespace_name(2 * i) for i in range(min(size.waypoints, size.namespaces // 2))
+    }
+    flippable = [ns for ns in enrolled if ns not in with_waypoint] or enrolled
+    events = Watcher(
+        core.list_event_for_all_namespaces, field_selector="reason=InvalidDataplaneMode"
+    ).start()
+    meshes = Watcher(
+        client.CustomObjectsApi(api).list_cluster_custom_object,
+        c.API_GROUP,
+        c.API_VERSION,
+        c.PLURAL,
+    ).start()
+    samples: dict[str, list[tuple[float, Any]]] = {"node": [], "namespace": []}
+    node_lock = threading.Lock()
+    nodes_now = [base_nodes]
+    requests = {"pod create": 0, "pod delete": 0, "node add": 0, "node remove": 0, "label": 0}
+
+    def pods(k: int) -> None:
+        ns = enrolled[k % len(enrolled)]
+        core.create_namespaced_pod(
+            ns, app_pod(f"churn-{k:06d}", linux_node), _preload_content=False
+        )
+        requests["pod create"] += 1
+        if k >= phases.pods_per_s:  # a second's worth live: delete the oldest
+            old = k - int(phases.pods_per_s)
+            core.delete_namespaced_pod(
+                f"churn-{old:06d}", enrolled[old % len(enrolled)], _preload_content=False
+            )
+            requests["pod delete"] += 1
+
+    def expect_total(total: int) -> Any:
+        return meshes.expect(
+            lambda _t, o: ((o.get("status") or {}).get("nodes") or {}).get("total") == total
+        )
+
+    def nodes(k: int) -> None:
+        name = f"churn-node-{k:04d}"
+        with node_lock:
+            nodes_now[0] += 1
+            exp = expect_total(nodes_now[0])
+            began = time.monotonic()
+            core.create_node(churn_node(name), _preload_content=False)
+        requests["node add"] += 1
+        samples["node"].append((began, (exp, f"/{name}", "ADDED")))
+        time.sleep(phases.node_every_s / 2)  # the node lives half a period
+        with node_lock:
+            nodes_now[0] -= 1
+            exp = expect_total(nodes_now[0])
+            began = time.monotonic()
+            core.delete_node(name, _preload_content=False)
+        requests["node remove"] += 1
+        samples["node"].append((began, (exp, f"/{name}", "DELETED")))
+
+    def flips(k: int) -> None:
+        ns = flippable[k % len(flippable)]
+        value = f"invalid-{k}"
+        exp = events.expect(lambda _t, o, v=value: v in str(o.get("message", "")))
+        began = time.monotonic()
+        core.patch_namespace(
+            ns, {"metadata": {"labels": {c.LABEL_DATAPLANE_MODE: value}}}, _preload_content=False
+        )
+        requests["label"] += 1
+        samples["namespace"].append((began, (exp, f"/{ns}", "MODIFIED")))
+        time.sleep(phases.flip_hold_s)
+        core.patch_namespace(
+            ns,
+            {"metadata": {"labels": {c.LABEL_DATAPLANE_MODE: "ambient"}}},
+            _preload_content=False,
+        )
+        requests["label"] += 1
+
+    started = time.monotonic()
+    stop = started + phases.churn_s
+    tickers = []
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        threads = []
+        for every, fn in (
+            (1 / phases.pods_per_s, pods),
+            (phases.node_every_s, nodes),
+            (phases.flip_every_s, flips),
+        ):
+            ticker = Ticker(every, fn, pool)
+            tickers.append(ticker)
+            thread = threading.Thread(target=ticker.run, args=(started, stop))
+            thread.start()
+            threads.append(thread)
+        for thread in threads:
+            thread.join()
+    ended = time.monotonic()
+    # The churn pods still there go, so the idle phase has the populated cluster.
+    total = int(phases.churn_s * phases.pods_per_s)
+    for k in range(max(0, total - int(phases.pods_per_s)), total):
+        with contextlib.suppress(client.ApiException):
+            core.delete_namespaced_pod(
+                f"churn-{k:06d}", enrolled[k % len(enrolled)], _preload_content=False
+            )
+    reactions: dict[str, dict[str, list[float]]] = {}
+    floor_events = floor.events()
+    missed: dict[str, int] = {}
+    for kind, taken in samples.items():
+        ours, floors = [], []
+        for began, (exp, key, event_type) in taken:
+            try:
+                ours.append(exp.wait(30, f"the operator's answer to {kind} {key}") - began)
+            except TimeoutError:
+                missed[f"operator {kind}"] = missed.get(f"operator {kind}", 0) + 1
+            seen = [
+                at
+                for at, t, _kind, k in floor_events
+                if k == key and t == event_type and at >= began
+            ]
+            if seen:
+                floors.append(min(seen) - began)
+            else:
+                missed[f"floor {kind}"] = missed.get(f"floor {kind}", 0) + 1
+        reactions[kind] = {"operator": ours, "floor": floors}
+    events.stop()
+    meshes.stop()
+    return {
+        "seconds": ended - started,
+        "requests": requests,
+        "events": sum(requests.values()),
+        "reactions": reactions,
+        "missed": missed,
+        "errors": [e for t in tickers for e in t.errors][:20],
+    }
+
+
+# -- memory per object ------------------------------------------------------------------------
+
+
+def passed(op: Any) -> bool:
+    """Whether the operator's data plane has finished a pass (False until it serves metrics)."""
+    try:
+        return bool(op.passes()[1] >= 1)
+    except OSError:
+        return False
+
+
+def traced_report(op: Any, path: Path) -> int:
+    """The traced bytes the operator holds now (SIGUSR2; runtime/memory.py)."""
+    from ambient_devcluster.harness import wait_for
+
+    done = len(path.read_text().splitlines()) if path.exists() else 0
+    op.proc.send_signal(signal.SIGUSR2)
+    line: str = wait_for(
+        lambda: (path.read_text().splitlines()[done:] or [None])[0] if path.exists() else None,
+        120,
+        "the operator's memory report",
+    )
+    return int(json.loads(line)["traced_bytes"])
+
+
+def per_object(
+    api: Any,
+    cluster: Any,
+    workdir: Path,
+    size: Size,
+    want: Expected,
+    linux_node: str,
+    timeout: float,
+) -> dict[str, Any]:
+    """Bytes the operator keeps per pod, node, namespace and Gateway (module docstring)."""
+    from kubernetes import client
+
+    from ambient_devcluster.harness import wait_for
+    from ambient_operator.api import constants as c
+    from ambient_operator.runtime.memory import REPORT_ENV, TOP_ENV
+    from benchlib import BenchOperator
+    from scale import GW_GROUP, GW_VERSION, _namespace_name, _parallel
+
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    reports = workdir / "memory.jsonl"
+    env = {"PYTHONTRACEMALLOC": "1", REPORT_ENV: str(reports), TOP_ENV: "0"}
+    op = BenchOperator(cluster, workdir / "operator-traced.log", env=env)
+    op.start()
+    began = time.monotonic()
+    out: dict[str, Any] = {}
+    try:
+        # The status is the previous operator's until this one has made a pass.
+        wait_for(
+            lambda: passed(op) and operator_converged(api, want),
+            timeout,
+            "the traced operator's convergence",
+        )
+        out["converge_s"] = time.monotonic() - began
+        op.wait_quiet(quiet=3.0, timeout=300)
+        enrolled = [_namespace_name(i) for i in range(0, size.namespaces, 2)]
+
+        def add_pods(n: int) -> None:
+            _parallel(
+                (
+                    lambda k=k: core.create_namespaced_pod(
+                        enrolled[k % len(enrolled)],
+                        app_pod(f"extra-{k:06d}", linux_node),
+                        _preload_content=False,
+                    )
+                )
+                for k in range(n)
+            )
+            want.pods += n
+
+        def add_nodes(n: int) -> None:
+            _parallel(
+                (lambda k=k: core.create_node(churn_node(f"extra-node-{k:05d}"))) for k in range(n)
+            )
+            want.nodes += n
+
+        def add_namespaces(n: int) -> None:
+            _parallel(
+                (
+                    lambda k=k: core.create_namespace(
+                        {
+                            "metadata": {
+                                "name": f"extra-{k:05d}",
+                                "labels": {c.LABEL_DATAPLANE_MODE: "ambient"},
+                            }
+                        },
+                        _preload_content=False,
+                    )
+                )
+                for k in range(n)
+            )
+            want.namespaces += n
+
+        def add_gateways(n: int) -> None:
+            # Into the namespaces just added, which have no waypoint yet.
+            body = {
+                "apiVersion": f"{GW_GROUP}/{GW_VERSION}",
+                "kind": "Gateway",
+                "metadata": {"name": "waypoint"},
+                "spec": {
+                    "gatewayClassName": "ambient-waypoint",
+                    "listeners": [{"name": "mesh", "port": c.PORT_HBONE, "protocol": "HBONE"}],
+                },
+            }
+            _parallel(
+                (
+                    lambda k=k: custom.create_namespaced_custom_object(
+                        GW_GROUP, GW_VERSION, f"extra-{k:05d}", "gateways", body
+                    )
+                )
+                for k in range(n)
+            )
+            want.gateways += n
+
+        steps: list[tuple[str, int, Callable[[int], None]]] = [
+            ("pod", max(10, size.pods // 10), add_pods),
+            ("node", max(2, size.nodes // 10), add_nodes),
+            ("namespace", max(2, size.namespaces // 10), add_namespaces),
+            ("Gateway", max(2, size.waypoints // 10), add_gateways),
+        ]
+        for kind, n, add in steps:
+            before = traced_report(op, reports)
+            add(n)
+            wait_for(lambda: operator_converged(api, want), timeout, f"{n} more {kind}s seen")
+            op.wait_quiet(quiet=3.0, timeout=300)
+            after = traced_report(op, reports)
+            out[kind] = {
+                "added": n,
+                "before": before,
+                "after": after,
+                "bytes": (after - before) / n,
+            }
+        out["traced_bytes"] = traced_report(op, reports)
+        assert op.proc is not None
+        out["rss_kib"] = _kib(op.proc.pid, "VmRSS")
+    finally:
+        op.stop()
+    return out
+
+
+# -- one size ---------------------------------------------------------------------------------
+
+
+def measure_size(
+    size: Size, phases: Phases, workdir: Path, progress: Callable[[str], None]
+) -> dict[str, Any]:
+    """Every figure of one size, on a cluster of its own."""
+    import render_scale
+    from ambient_devcluster import (
+        IstioControlPlane,
+        LocalCluster,
+        apply_dirs,
+        apply_objects,
+        cluster_dns_service,
+        default_bin_dir,
+    )
+    from ambient_devcluster.harness import CRDS_DIR, OPERATOR_USER, AuditLog, create_mesh, wait_for
+    from ambient_operator.api.v1alpha1 import AmbientMeshSpec
+    from ambient_operator.cluster.facts import ClusterFacts
+    from ambient_operator.render import render_dataplane
+    from benchlib import GATEWAY_API, BenchOperator, by_verb
+    from floor_client import collection
+    from scale import Scale, _client, populate
+
+    bin_dir = default_bin_dir()
+    result: dict[str, Any] = {"size": asdict(size), "sides": {s: {} for s in SIDES}}
+    began = time.monotonic()
+    with LocalCluster(
+        workdir / "cluster", bin_dir=bin_dir, verbose=False, node_heartbeat_ms=phases.heartbeat_ms
+    ) as cluster:
+        for component in ("kube-controller-manager", "kube-scheduler"):
+            cluster.stop_component(component)
+        api = _client(cluster.kubeconfig)
+        audit = AuditLog(cluster.audit_log)
+        apply_dirs(api, [CRDS_DIR, GATEWAY_API], timeout=120)
+        apply_objects(api, [cluster_dns_service()])
+        istiod = IstioControlPlane(
+            cluster.user_kubeconfig(ISTIOD_USER, ["system:masters"]), workdir / "istiod", bin_dir
+        )
+        istiod.install()
+        create_mesh(api, {})
+        scale = Scale(size.nodes, size.namespaces, size.waypoints, size.pods)
+        populated = populate(api, scale, progress, controller_manager=False)
+        result["populate_s"] = populated["populate_s"]
+        plans = render_dataplane(
+            AmbientMeshSpec(), ClusterFacts.from_nodes(render_scale.inventory(size.nodes))
+        ).daemonsets
+        linux_node = next(n for p in plans if p.platform == "linux" for n in sorted(p.nodes))
+        want = Expected(
+            nodes=size.nodes,
+            namespaces=enrolled_namespaces(size),
+            pods=enrolled_pods(size),
+            daemonsets={p.name for p in plans},
+            gateways=populated["gateways"],
+        )
+        sides = result["sides"]
+
+        # 1. istiod
+        mark = audit.mark()
+        spawned = time.monotonic()
+        istiod.start(timeout=phases.timeout_s)
+        istiod_pid = int(istiod._process.pid or 0)
+        sides["istiod"]["converge_s"] = time.monotonic() - spawned
+        sides["istiod"]["converge_cpu_s"] = cpu_seconds(istiod_pid)
+        sides["istiod"]["requests"] = by_verb(audit.events(mark, audit.mark(), user=ISTIOD_USER))
+        progress(f"growth {size.name}: istiod ready in {sides['istiod']['converge_s']:.1f}s")
+
+        # 2. the operator
+        op = BenchOperator(cluster, workdir / "operator.log")
+        mark = audit.mark()
+        op.start()
+        assert op.proc is not None
+        wait_for(
+            lambda: operator_converged(api, want), phases.timeout_s, "the operator's convergence"
+        )
+        sides["operator"]["converge_s"] = time.monotonic() - op.started_at
+        sides["operator"]["converge_cpu_s"] = cpu_seconds(op.proc.pid)
+        op_events = audit.events(mark, audit.mark(), user=OPERATOR_USER)
+        sides["operator"]["requests"] = by_verb(op_events)
+        progress(
+            f"growth {size.name}: operator converged in {sides['operator']['converge_s']:.1f}s"
+        )
+        op.wait_quiet(quiet=3.0, timeout=300)
+
+        # 3. the floor, reading what the operator read
+        collections = sorted(
+            {collection(e["requestURI"]) for e in op_events if e.get("verb") == "list"}
+        )
+        result["floor_collections"] = collections
+        floor = FloorProcess(
+            cluster.user_kubeconfig(FLOOR_USER, ["system:masters"]),
+            workdir / "floor.log",
+            collections,
+        )
+        mark = audit.mark()
+        floor.start()
+        synced = wait_for(floor.synced_at, phases.timeout_s, "the floor's lists and watches")
+        sides["floor"]["converge_s"] = synced - floor.started_at
+        sides["floor"]["converge_cpu_s"] = cpu_seconds(floor.pid)
+        sides["floor"]["requests"] = by_verb(audit.events(mark, audit.mark(), user=FLOOR_USER))
+        progress(f"growth {size.name}: floor synced in {sides['floor']['converge_s']:.1f}s")
+
+        pids = {"operator": op.proc.pid, "istiod": istiod_pid, "floor": floor.pid}
+        try:
+            for side, pid in pids.items():
+                sides[side]["rss_peak_kib"] = _kib(pid, "VmHWM")
+            # 4. churn, all three running
+            cpu = {side: cpu_seconds(pid) for side, pid in pids.items()}
+            marks = audit.mark()
+            done = churn(api, size, phases, size.nodes, linux_node, floor)
+            churn_events = {
+                side: len(audit.events(marks, audit.mark(), user=user))
+                for side, user in (
+                    ("operator", OPERATOR_USER),
+                    ("istiod", ISTIOD_USER),
+                    ("floor", FLOOR_USER),
+                )
+            }
+            for side, pid in pids.items():
+                used = cpu_seconds(pid) - cpu[side]
+                sides[side]["churn_cpu_s"] = used
+                sides[side]["churn_cpu_per_event_ms"] = 1000 * used / max(1, done["events"])
+                sides[side]["churn_requests"] = churn_events[side]
+            result["churn"] = done
+            progress(
+                f"growth {size.name}: churn {done['events']} requests in {done['seconds']:.0f}s"
+            )
+            op.wait_quiet(quiet=3.0, timeout=300)
+
+            # 5. idle
+            cpu = {side: cpu_seconds(pid) for side, pid in pids.items()}
+            idle_began = time.monotonic()
+            threading.Event().wait(
+                phases.idle_s
+            )  # the phase itself: nothing happens but heartbeats
+            idle = time.monotonic() - idle_began
+            for side, pid in pids.items():
+                sides[side]["idle_cpu_pct"] = 100 * (cpu_seconds(pid) - cpu[side]) / idle
+                sides[side]["rss_settled_kib"] = _kib(pid, "VmRSS")
+                sides[side]["rss_peak_kib"] = max(sides[side]["rss_peak_kib"], _kib(pid, "VmHWM"))
+            result["idle_s"] = idle
+            result["survived"] = {
+                "operator": op.alive(),
+                "istiod": istiod.running(),
+                "floor": floor.proc is not None and floor.proc.poll() is None,
+            }
+        finally:
+            op.stop()
+            floor.stop()
+        progress(f"growth {size.name}: idle measured")
+
+        # 6. memory per object
+        if size.name in phases.traced:
+            istiod.stop()
+            result["per_object"] = per_object(
+                api, cluster, workdir, size, want, linux_node, phases.timeout_s
+            )
+            progress(f"growth {size.name}: memory per object traced")
+        istiod.stop()
+        api.close()
+    result["seconds"] = time.monotonic() - began
+    return result
+
+
+def measure(
+    sizes: Iterable[Size], phases: Phases, progress: Callable[[str], None] = print
+) -> dict[str, Any]:
+    """Every size in turn, each on a cluster of its own; JSON-friendly."""
+    from benchlib import machine
+
+    results: dict[str, Any] = {
+        "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine(),
+        "phases": {k: v for k, v in asdict(phases).items()},
+        "commit": _commit(),
+        "sizes": {},
+    }
+    for size in sizes:
+        with tempfile.TemporaryDirectory(prefix=f"growth-{size.name}-") as tmp:
+            results["sizes"][size.name] = measure_size(size, phases, Path(tmp), progress)
+    results["finished"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return results
+
+
+def _commit() -> str:
+    with contextlib.suppress(OSError, subprocess.CalledProcessError):
+        head = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, check=True
+            )
+            .stdout.decode()
+            .strip()
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "operator"],
+            cwd=ROOT,
+            capture_output=True,
+            check=False,
+        ).stdout.strip()
+        return head + (" (with uncommitted changes to operator/)" if dirty else "")
+    return ""
+
+
+# -- figures (pure) ------------------------------------------------------------------------------
+
+
+def quantile(values: list[float], q: float) -> float | None:
+    """Nearest-rank quantile; None for an empty sample."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One figure measured per side and size."""
+
+    key: str
+    title: str
+    unit: str
+    read: Callable[[Mapping[str, Any], str], float | None] = field(repr=False)
+
+
+def _side(name: str, scale: float = 1.0) -> Callable[[Mapping[str, Any], str], float | None]:
+    def read(size: Mapping[str, Any], side: str) -> float | None:
+        value = (size.get("sides") or {}).get(side, {}).get(name)
+        return None if value is None else float(value) * scale
+
+    return read
+
+
+def _requests(size: Mapping[str, Any], side: str) -> float | None:
+    verbs = (size.get("sides") or {}).get(side, {}).get("requests")
+    return None if verbs is None else float(sum(verbs.values()))
+
+
+def _reaction(kind: str, q: float) -> Callable[[Mapping[str, Any], str], float | None]:
+    def read(size: Mapping[str, Any], side: str) -> float | None:
+        values = ((size.get("churn") or {}).get("reactions") or {}).get(kind, {}).get(side)
+        found = quantile(values or [], q)
+        return None if found is None else found * 1000
+
+    return read
+
+
+METRICS = (
+    Metric("rss_peak", "peak RSS (VmHWM)", "MiB", _side("rss_peak_kib", 1 / MIB)),
+    Metric(
+        "rss_settled",
+        "settled RSS after the idle phase (VmRSS)",
+        "MiB",
+        _side("rss_settled_kib", 1 / MIB),
+    ),
+    Metric("converge_cpu", "CPU from start to converged", "s", _side("converge_cpu_s")),
+    Metric("converge", "time from start to converged", "s", _side("converge_s")),
+    Metric("requests", "API requests from start to converged", "requests", _requests),
+    Metric("churn_cpu", "CPU per churn request", "ms", _side("churn_cpu_per_event_ms")),
+    Metric("node_p50", "node added or removed → seen: p50", "ms", _reaction("node", 0.5)),
+    Metric("node_p99", "node added or removed → seen: p99", "ms", _reaction("node", 0.99)),
+    Metric("label_p50", "namespace label flipped → seen: p50", "ms", _reaction("namespace", 0.5)),
+    Metric("label_p99", "namespace label flipped → seen: p99", "ms", _reaction("namespace", 0.99)),
+    Metric("idle_cpu", "idle CPU (heartbeats only)", "% of a core", _side("idle_cpu_pct")),
+)
+
+
+def value(results: Mapping[str, Any], size: str, side: str, metric: Metric) -> float | None:
+    """One figure, None when not measured."""
+    measured = (results.get("sizes") or {}).get(size)
+    return None if measured is None else metric.read(measured, side)
+
+
+def _fmt(x: float | None, unit: str = "") -> str:
+    if x is None:
+        return "—"
+    digits = 0 if abs(x) >= 100 else 1 if abs(x) >= 10 else 2
+    return f"{x:,.{digits}f}" + (f" {unit}" if unit else "")
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "—" if a is None or b is None or b == 0 else f"{a / b:.2f}x"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One of the issue's targets, judged from a run."""
+
+    name: str
+    value: str
+    met: bool | None
+
+
+def targets(results: Mapping[str, Any]) -> list[Target]:
+    """The targets of issue 33 against the run (pure)."""
+    by = {m.key: m for m in METRICS}
+    sizes = list(results.get("sizes") or {})
+    out = []
+    for size in sizes:
+        ours = value(results, size, "operator", by["rss_peak"])
+        theirs = value(results, size, "istiod", by["rss_peak"])
+        out.append(
+            Target(
+                f"{size}: operator peak RSS ≤ ½ istiod's",
+                f"{_fmt(ours, 'MiB')} vs {_fmt(theirs, 'MiB')} ({_ratio(ours, theirs)})",
+                None if ours is None or theirs is None else ours <= theirs / 2,
+            )
+        )
+    for size in sizes:
+        ours = value(results, size, "operator", by["churn_cpu"])
+        theirs = value(results, size, "istiod", by["churn_cpu"])
+        out.append(
+            Target(
+                f"{size}: operator CPU per churn request ≤ istiod's",
+                f"{_fmt(ours, 'ms')} vs {_fmt(theirs, 'ms')} ({_ratio(ours, theirs)})",
+                None if ours is None or theirs is None else ours <= theirs,
+            )
+        )
+    if "S" in sizes and "L" in sizes:
+        small = value(results, "S", "operator", by["churn_cpu"])
+        large = value(results, "L", "operator", by["churn_cpu"])
+        out.append(
+            Target(
+                "operator CPU per churn request, L within 2x of S",
+                f"{_fmt(large, 'ms')} vs {_fmt(small, 'ms')} ({_ratio(large, small)})",
+                None if small is None or large is None else large <= 2 * small,
+            )
+        )
+    largest = sizes[-1] if sizes else None
+    if largest is not None:
+        idle = value(results, largest, "operator", by["idle_cpu"])
+        out.append(
+            Target(
+                f"{largest}: operator idle CPU < 1 % of a core",
+                _fmt(idle, "%"),
+                None if idle is None else idle < 1.0,
+            )
+        )
+        ours = value(results, largest, "operator", by["converge"])
+        floor = value(results, largest, "floor", by["converge"])
+        out.append(
+            Target(
+                f"{largest}: operator convergence ≤ 2x the floor's list-and-watch",
+                f"{_fmt(ours, 's')} vs {_fmt(floor, 's')} ({_ratio(ours, floor)})",
+                None if ours is None or floor is None else ours <= 2 * floor,
+            )
+        )
+    return out
+
+
+def charts(results: Mapping[str, Any], out: Path) -> list[Path]:
+    """One PNG per figure: the figure against cluster size (nodes), one line per side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    sizes = results.get("sizes") or {}
+    written = []
+    for metric in METRICS:
+        fig, ax = plt.subplots(figsize=(5.5, 3.6))
+        for side in SIDES:
+            points = [
+                (float(size["size"]["nodes"]), metric.read(size, side)) for size in sizes.values()
+            ]
+            shown = [(x, y) for x, y in points if y is not None]
+            if shown:
+                ax.plot([x for x, _ in shown], [y for _, y in shown], marker="o", label=side)
+        ax.set_xscale("log")
+        ax.set_xlabel("nodes (pods: 10 per node, namespaces: 1, Gateways: 1 per 5)")
+        ax.set_ylabel(metric.unit)
+        ax.set_title(metric.title, fontsize=10)
+        ax.grid(True, alpha=0.3)
+        if ax.get_lines():
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out / f"growth-{metric.key}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def section(results: Mapping[str, Any], chart_dir: str = CHART_DIR) -> str:
+    """The document's growth section, markers included (pure)."""
+    sizes = results.get("sizes") or {}
+    names = list(sizes)
+    lines = [
+        BEGIN,
+        "## Growth with the cluster (issue 33)",
+        "",
+        f"Measured {results.get('started', '?')} to {results.get('finished', '?')}"
+        + (f" at commit {results['commit']}" if results.get("commit") else "")
+        + " by `make bench-growth` (bench/growth.py, whose docstring says exactly what is "
+        "done), on "
+        + ", ".join(f"{k} {v}" for k, v in (results.get("machine") or {}).items())
+        + ".",
+        "",
+        "| size | nodes | pods | namespaces | waypoints | populated in | measured in |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, size in sizes.items():
+        s = size["size"]
+        lines.append(
+            f"| {name} | {s['nodes']:,} | {s['pods']:,} | {s['namespaces']:,} | "
+            f"{s['waypoints']:,} | {_fmt(size.get('populate_s'), 's')} | "
+            f"{_fmt(size.get('seconds'), 's')} |"
+        )
+    lines += [
+        "",
+        "Each size runs on a control plane of its own: etcd, kube-apiserver and kwok (heartbeats "
+        "at a kubelet's pace); kube-controller-manager and kube-scheduler are stopped, so the "
+        "operator's DaemonSets and Deployments grow no pods and what is timed is the operator, "
+        "not the simulated cluster. **istiod** is the real `pilot-discovery` (ambient profile); "
+        "the **floor** is a Python client that lists and watches exactly what the operator "
+        "listed and keeps every object, and does nothing else. Each side converges alone; churn "
+        "and idle run with all three.",
+        "",
+        *(
+            ["**Notes on this run.** " + " ".join(results["notes"]), ""]
+            if results.get("notes")
+            else []
+        ),
+        "### Targets",
+        "",
+        "| target | measured | met |",
+        "|---|---|---|",
+        *(
+            f"| {t.name} | {t.value} | {'—' if t.met is None else 'yes' if t.met else '**no**'} |"
+            for t in targets(results)
+        ),
+        "",
+        "### Every figure",
+        "",
+        "| figure | " + " | ".join(f"{n} {side}" for n in names for side in SIDES) + " |",
+        "|---|" + "---|" * (len(names) * len(SIDES)),
+    ]
+    for metric in METRICS:
+        lines.append(
+            f"| {metric.title} ({metric.unit}) | "
+            + " | ".join(_fmt(metric.read(sizes[n], side)) for n in names for side in SIDES)
+            + " |"
+        )
+    lines += [
+        "",
+        "Ratios of the operator's figure to the floor's and to istiod's, same run:",
+        "",
+        "| figure | " + " | ".join(f"{n} ÷ floor | {n} ÷ istiod" for n in names) + " |",
+        "|---|" + "---|" * (2 * len(names)),
+    ]
+    for metric in METRICS:
+        cells = []
+        for n in names:
+            ours = metric.read(sizes[n], "operator")
+            cells += [
+                _ratio(ours, metric.read(sizes[n], "floor")),
+                _ratio(ours, metric.read(sizes[n], "istiod")),
+            ]
+        lines.append(f"| {metric.title} | " + " | ".join(cells) + " |")
+    lines += ["", "Requests by verb from start to converged:", ""]
+    for n in names:
+        for side in SIDES:
+            verbs = sizes[n]["sides"].get(side, {}).get("requests") or {}
+            lines.append(
+                f"- {n} {side}: " + (", ".join(f"{v} {k}" for k, v in verbs.items()) or "—")
+            )
+    lines += ["", "Churn requests made, and what was not seen in 30 s:", ""]
+    for n in names:
+        done = sizes[n].get("churn") or {}
+        lines.append(
+            f"- {n}: "
+            + ", ".join(f"{v} {k}" for k, v in (done.get("requests") or {}).items())
+            + f" in {_fmt(done.get('seconds'), 's')}"
+            + (
+                "; not seen: " + ", ".join(f"{k} {v}" for k, v in done["missed"].items())
+                if done.get("missed")
+                else ""
+            )
+            + ("; request errors: " + "; ".join(done["errors"]) if done.get("errors") else "")
+        )
+    lines += ["", *memory_lines(results), "", "### Charts", ""]
+    for metric in METRICS:
+        lines.append(f"![{metric.title}]({chart_dir}/growth-{metric.key}.png)")
+    lines += ["", END]
+    return "\n".join(lines)
+
+
+KINDS = ("pod", "node", "namespace", "Gateway")
+
+
+def memory_lines(results: Mapping[str, Any]) -> list[str]:
+    """The memory-per-object table (pure)."""
+    traced = {
+        n: s["per_object"] for n, s in (results.get("sizes") or {}).items() if s.get("per_object")
+    }
+    if not traced:
+        return []
+    lines = [
+        "### Memory per object",
+        "",
+        "Traced bytes the operator keeps per object added (tracemalloc, one frame; a tenth more "
+        "of each kind, one kind at a time, after convergence):",
+        "",
+        "| kind | " + " | ".join(f"at {n} (added)" for n in traced) + " |",
+        "|---|" + "---|" * len(traced),
+    ]
+    for kind in KINDS:
+        lines.append(
+            f"| {kind} | "
+            + " | ".join(
+                f"{_fmt(t[kind]['bytes'])} B ({t[kind]['added']:,})" if kind in t else "—"
+                for t in traced.values()
+            )
+            + " |"
+        )
+    return lines
+
+
+def block_of(document: str) -> str | None:
+    """The growth section of `document`, markers included; None when it has none (pure)."""
+    if BEGIN not in document or END not in document:
+        return None
+    return BEGIN + document.split(BEGIN, 1)[1].split(END, 1)[0] + END
+
+
+def splice(document: str, block: str) -> str:
+    """`document` with its growth section replaced by `block`, or `block` appended (pure)."""
+    if BEGIN in document and END in document:
+        head, rest = document.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        return head + block + tail
+    return document.rstrip() + "\n\n" + block + "\n"
+
+
+def write(results: Mapping[str, Any], out: Path, doc: Path | None) -> list[Path]:
+    """results.json, the charts, and the document's section (with the charts beside it)."""
+    out.mkdir(parents=True, exist_ok=True)
+    saved = out / "results.json"
+    saved.write_text(json.dumps(results, indent=1))
+    written = [saved, *charts(results, out)]
+    if doc is not None:
+        target = doc.parent / CHART_DIR
+        target.mkdir(parents=True, exist_ok=True)
+        for chart in written[1:]:
+            shutil.copy(chart, target / chart.name)
+            written.append(target / chart.name)
+        doc.write_text(
+            splice(doc.read_text() if doc.exists() else "# Performance\n", section(results))
+        )
+        written.append(doc)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure (or reload) and write."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="S,M,L", help="comma-separated, of S, M, L")
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--doc", type=Path, default=DOC, help="'-' for none")
+    parser.add_argument("--from-results", type=Path, help="rewrite from a results.json")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT / "bench"))
+    if args.from_results:
+        results = json.loads(args.from_results.read_text())
+    else:
+        wanted = [s.strip() for s in args.sizes.split(",") if s.strip()]
+        unknown = [s for s in wanted if s not in SIZES]
+        if unknown:
+            parser.error(f"unknown sizes {unknown}; known: {', '.join(SIZES)}")
+
+        def progress(message: str) -> None:
+            print(f"{datetime.now(UTC):%H:%M:%S} {message}", file=sys.stderr, flush=True)
+
+        results = measure([SIZES[s] for s in wanted], Phases(), progress)
+    doc = None if str(args.doc) == "-" else args.doc
+    for path in write(results, args.out, doc):
+        print(f"wrote {path}", file=sys.stderr)
+    for t in targets(results):
+        print(f"{'MET ' if t.met else 'MISS' if t.met is False else '  - '} {t.name}: {t.value}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,183 @@
+"""bench/growth.py: its pure half on literal results, and the whole harness at a tiny size.
+
+The tiny run proves the harness still runs end to end (cluster, istiod,
+operator, floor, churn, idle, traced memory per object), so `make
+bench-growth` cannot rot between the runs that fill docs/performance.md.
+It asserts what the harness did, never how fast anything was.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import growth  # noqa: E402
+
+
+def _side(rss_mib: float, churn_ms: float, idle: float, converge: float) -> dict[str, Any]:
+    return {
+        "rss_peak_kib": rss_mib * 1024,
+        "rss_settled_kib": rss_mib * 1024 * 0.9,
+        "converge_s": converge,
+        "converge_cpu_s": converge / 2,
+        "requests": {"list": 10, "watch": 2},
+        "churn_cpu_per_event_ms": churn_ms,
+        "idle_cpu_pct": idle,
+    }
+
+
+def _size(name: str, nodes: int, ours: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "size": {
+            "name": name,
+            "nodes": nodes,
+            "pods": 10 * nodes,
+            "namespaces": nodes,
+            "waypoints": nodes // 5,
+        },
+        "sides": {
+            "operator": ours,
+            "istiod": _side(400, 2.0, 3.0, 20.0),
+            "floor": _side(60, 0.2, 0.1, 8.0),
+        },
+        "churn": {
+            "requests": {"pod create": 1200},
+            "reactions": {"node": {"operator": [0.1, 0.3]}},
+        },
+    }
+
+
+RESULTS: dict[str, Any] = {
+    "started": "2026-01-01 00:00 UTC",
+    "finished": "2026-01-01 00:30 UTC",
+    "sizes": {
+        "S": _size("S", 100, _side(150, 1.0, 0.2, 5.0)),
+        "L": _size("L", 5000, _side(250, 2.5, 0.5, 17.0)),
+    },
+}
+
+
+def test_targets_are_judged_from_the_run() -> None:
+    judged = {t.name: (t.value, t.met) for t in growth.targets(RESULTS)}
+    assert judged == {
+        "S: operator peak RSS ≤ ½ istiod's": ("150 MiB vs 400 MiB (0.38x)", True),
+        "L: operator peak RSS ≤ ½ istiod's": ("250 MiB vs 400 MiB (0.62x)", False),
+        "S: operator CPU per churn request ≤ istiod's": ("1.00 ms vs 2.00 ms (0.50x)", True),
+        "L: operator CPU per churn request ≤ istiod's": ("2.50 ms vs 2.00 ms (1.25x)", False),
+        "operator CPU per churn request, L within 2x of S": (
+            "2.50 ms vs 1.00 ms (2.50x)",
+            False,
+        ),
+        "L: operator idle CPU < 1 % of a core": ("0.50 %", True),
+        "L: operator convergence ≤ 2x the floor's list-and-watch": (
+            "17.0 s vs 8.00 s (2.12x)",
+            False,
+        ),
+    }
+
+
+def test_the_section_replaces_only_its_own_block() -> None:
+    block = growth.section(RESULTS)
+    assert block.startswith(growth.BEGIN) and block.endswith(growth.END)
+    assert "| peak RSS (VmHWM) (MiB) | 150 | 400 | 60.0 | 250 | 400 | 60.0 |" in block
+    assert "![peak RSS (VmHWM)](growth/growth-rss_peak.png)" in block
+    document = (
+        "# Performance\n\nbefore\n\n"
+        + "<!-- growth:begin (bench/growth.py writes this section) -->\nold\n<!-- growth:end -->"
+        + "\n\nafter\n"
+    )
+    spliced = growth.splice(document, block)
+    assert spliced.startswith("# Performance\n\nbefore\n\n")
+    assert spliced.endswith("\n\nafter\n")
+    assert "old" not in spliced and growth.block_of(spliced) == block
+    # A document without the section gets it at its end.
+    assert growth.splice("# Performance\n", "B") == "# Performance\n\nB\n"
+    assert growth.block_of("# Performance\n") is None
+
+
+def test_every_figure_gets_a_chart(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    written = growth.charts(RESULTS, tmp_path)
+    assert sorted(p.name for p in written) == sorted(
+        f"growth-{m}.png"
+        for m in (
+            "rss_peak",
+            "rss_settled",
+            "converge_cpu",
+            "converge",
+            "requests",
+            "churn_cpu",
+            "node_p50",
+            "node_p99",
+            "label_p50",
+            "label_p99",
+            "idle_cpu",
+        )
+    )
+    assert all(p.stat().st_size > 1000 for p in written)
+
+
+@pytest.mark.cluster
+def test_the_harness_runs_at_a_tiny_size(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    size = growth.Size("tiny", 12, 60, 8, 2)
+    phases = growth.Phases(
+        churn_s=4,
+        idle_s=2,
+        pods_per_s=5,
+        node_every_s=2,
+        flip_every_s=1,
+        flip_hold_s=0.5,
+        traced=("tiny",),
+        timeout_s=240,
+    )
+    result = growth.measure_size(size, phases, tmp_path / "run", lambda _m: None)
+
+    sides = result["sides"]
+    assert set(sides) == {"operator", "istiod", "floor"}
+    for side in sides.values():
+        assert side["converge_s"] > 0 and side["rss_peak_kib"] > 0 and side["rss_settled_kib"] > 0
+        assert side["churn_cpu_per_event_ms"] >= 0 and side["idle_cpu_pct"] >= 0
+    assert result["survived"] == {"operator": True, "istiod": True, "floor": True}
+    # The floor read what the operator listed, and nothing else.
+    assert set(sides["floor"]["requests"]) == {"list"}
+    assert sides["operator"]["requests"]["list"] == sides["floor"]["requests"]["list"]
+    assert {
+        "/api/v1/nodes?limit=250",
+        "/api/v1/pods?limit=250",
+        "/api/v1/namespaces?limit=250",
+        "/apis/gateway.networking.k8s.io/v1/gateways?limit=250",
+    } <= set(result["floor_collections"])
+    # 4 s of churn: a pod a 0.2 s (each deleting the one a second older), a
+    # node every 2 s (removed 1 s later), a label every 1 s (and back).
+    assert result["churn"]["requests"] == {
+        "pod create": 20,
+        "pod delete": 15,
+        "node add": 2,
+        "node remove": 2,
+        "label": 8,
+    }
+    assert result["churn"]["errors"] == []
+    floor_seen = result["churn"]["reactions"]["node"]["floor"]
+    assert len(floor_seen) == 4, result["churn"]
+    assert {k: v["added"] for k, v in result["per_object"].items() if isinstance(v, dict)} == {
+        "pod": 10,
+        "node": 2,
+        "namespace": 2,
+        "Gateway": 2,
+    }
+
+    out = tmp_path / "out"
+    doc = tmp_path / "performance.md"
+    doc.write_text("# Performance\n\nkept\n")
+    growth.write({"sizes": {"tiny": result}}, out, doc)
+    text = doc.read_text()
+    assert text.startswith("# Performance\n\nkept\n")
+    assert growth.block_of(text) is not None
+    assert (tmp_path / "growth" / "growth-churn_cpu.png").exists()
