@@ -212,8 +212,8 @@ def test_the_checker_looks_at_namespaces_with_only_a_near_miss() -> None:
         }
     events = _Events()
     checker = NamespaceChecker(state, None, events)  # type: ignore[arg-type]
-    asyncio.run(checker.check_all())
-    asyncio.run(checker.check_all())  # told once
+    asyncio.run(checker.check())
+    asyncio.run(checker.check())  # told once
     assert events.posted == [
         ("talk", "Warning", *NOT_ENROLLED_TALK),
         ("talk", "Warning", *TRUE_IN_TALK),
