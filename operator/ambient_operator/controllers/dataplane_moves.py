@@ -11,8 +11,9 @@ message, what a DaemonSet's pods use). The pass itself is in dataplane.py.
 from __future__ import annotations
 
 import asyncio
+import bisect
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
@@ -30,10 +31,12 @@ from ambient_operator.cluster.facts import (
     NodeFacts,
 )
 from ambient_operator.cluster.platform import (
+    NodeMark,
     PlatformChoice,
     choice_warning,
-    detect_platform,
     effective_platform,
+    guess_platform,
+    node_mark,
 )
 from ambient_operator.cluster.state import ClusterState
 from ambient_operator.cluster.versions import RunningAgent, workload_image
@@ -48,6 +51,7 @@ from ambient_operator.status.components import (
 )
 from ambient_operator.status.events import EventRecorder, now_rfc3339
 
+T = TypeVar("T")
 CONTROLLER = "dataplane"
 MESH = KINDS[("ambientoperator.io/v1alpha1", "AmbientMesh")]
 NAMESPACE = KINDS[("v1", "Namespace")]
@@ -85,6 +89,43 @@ def _uses(obj: Mapping[str, Any]) -> Iterator[ObjectKey]:
 
 def _named(key: ObjectKey) -> str:
     return describe({"kind": key[1], "metadata": {"namespace": key[2], "name": key[3]}})
+
+
+class PerNode(Generic[T]):
+    """What `read` makes of each Node, in name order, read again only for a changed Node.
+
+    The caches replace a Node's object on each of its events: an unchanged
+    Node is the same object. The name order is kept from pass to pass, and
+    mended where Nodes came or went, so a pass costs a look-up per Node.
+    """
+
+    def __init__(self, read: Callable[[Mapping[str, Any]], T]) -> None:
+        self._read = read
+        self._names: list[str] = []
+        self._known: set[str] = set()
+        self._held: dict[str, tuple[Mapping[str, Any], T]] = {}
+        # Nodes read, for tests that count the work.
+        self.reads = 0
+
+    def update(self, nodes: Mapping[str, Mapping[str, Any]]) -> list[T]:
+        """What `read` makes of each of `nodes` (by name), in name order."""
+        held, known = self._held, self._known
+        for name in known - nodes.keys():
+            del self._names[bisect.bisect_left(self._names, name)]
+            known.discard(name)
+            held.pop(name, None)
+        for name in nodes.keys() - known:
+            bisect.insort(self._names, name)
+            known.add(name)
+        out = []
+        for name in self._names:
+            node = nodes[name]
+            last = held.get(name)
+            if last is None or last[0] is not node:
+                last = held[name] = (node, self._read(node))
+                self.reads += 1
+            out.append(last[1])
+        return out
 
 
 class DataplaneMoves:
@@ -126,9 +167,11 @@ class DataplaneMoves:
         # and whether the API server was found to serve them (asked until it does).
         self.may_write_network_attachments = network_attachments
         self.network_attachments_served = False
-        # Each node's facts by its cached object: the caches replace a Node's
-        # object on each of its events, so an unchanged one is the same object.
-        self._node_facts: dict[str, tuple[Mapping[str, Any], NodeFacts]] = {}
+        # Each node's facts and platform mark by its cached object: the caches
+        # replace a Node's object on each of its events, so an unchanged one is
+        # the same object.
+        self._node_facts: PerNode[NodeFacts] = PerNode(NodeFacts.from_node)
+        self._node_marks: PerNode[NodeMark | None] = PerNode(node_mark)
         # Nodes whose facts were read, for tests that count the work.
         self.node_facts_read = 0
 
@@ -178,15 +221,9 @@ class DataplaneMoves:
 
         Raises ValueError naming the field when a Node is malformed (NodeFacts.from_node).
         """
-        kept: dict[str, tuple[Mapping[str, Any], NodeFacts]] = {}
-        for name, node in sorted(self.state.nodes.items()):
-            held = self._node_facts.get(name)
-            if held is None or held[0] is not node:
-                held = (node, NodeFacts.from_node(node))
-                self.node_facts_read += 1
-            kept[name] = held
-        self._node_facts = kept
-        return tuple(facts for _, facts in kept.values())
+        facts = self._node_facts.update(self.state.nodes)
+        self.node_facts_read = self._node_facts.reads
+        return tuple(facts)
 
     def facts(
         self,
@@ -223,7 +260,8 @@ class DataplaneMoves:
 
     def platform_choice(self, spec: AmbientMeshSpec) -> PlatformChoice:
         """The platform the agents are rendered for: spec.platform, or what the Nodes say."""
-        return effective_platform(spec.platform, detect_platform(self.state.nodes.values()))
+        marks = [mark for mark in self._node_marks.update(self.state.nodes) if mark is not None]
+        return effective_platform(spec.platform, guess_platform(marks))
 
     @staticmethod
     def running_agents(
