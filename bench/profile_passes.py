@@ -10,7 +10,7 @@ a sample belongs to a job when its stack holds the job's entry point:
 
 - gateway: one waypoint's pass (`WaypointGateways._reconcile_gateway`),
 - node: the data plane's pass (`DataplaneController.reconcile`),
-- namespace: the namespace checks (`NamespaceChecker.check_all`),
+- namespace: the namespace checks (`NamespaceChecker.check`),
 - admission: one webhook review (`Reviewer.review`), when pods are created;
 - requests: the API calls the passes hand to worker threads (whose stacks
   do not hold the pass that asked), named by the function the thread runs.
@@ -43,7 +43,7 @@ from reaction_latency import ReactionBench, prepare
 JOBS = {
     "gateway": "_reconcile_gateway",
     "node": "DataplaneController.reconcile",
-    "namespace": "NamespaceChecker.check_all",
+    "namespace": "NamespaceChecker.check",
     "admission": "Reviewer.review",
 }
 # The frame a worker thread runs its task from: the next frame names the task.

@@ -16,6 +16,7 @@ from ambient_operator.cluster.enrollment import (
     near_misses,
 )
 from ambient_operator.cluster.state import ClusterState
+from ambient_operator.cluster.watches import state_watches
 from ambient_operator.controllers.namespaces import NamespaceChecker
 
 NOT_ENROLLED_TALK = (
@@ -212,9 +213,70 @@ def test_the_checker_looks_at_namespaces_with_only_a_near_miss() -> None:
         }
     events = _Events()
     checker = NamespaceChecker(state, None, events)  # type: ignore[arg-type]
-    asyncio.run(checker.check_all())
-    asyncio.run(checker.check_all())  # told once
+    asyncio.run(checker.check())
+    asyncio.run(checker.check())  # told once
     assert events.posted == [
         ("talk", "Warning", *NOT_ENROLLED_TALK),
         ("talk", "Warning", *TRUE_IN_TALK),
     ]
+
+
+def test_the_checker_judges_only_what_changed() -> None:
+    # Fed as the watches feed it (cluster/watches.py): each change is recorded
+    # for the next check; the Gateway through the waypoint cache's call.
+    state = ClusterState()
+    record = {row.id: row.record for row in state_watches(state, [])}
+
+    def labelled(name: str, **labels: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "uid": f"uid-{name}", "labels": labels}}
+
+    for i in range(50):
+        record["namespaces"](None, labelled(f"ns-{i:02}", **{"istio.io/dataplane-mode": "ambient"}))
+    record["namespaces"](None, labelled("plain", team="a"))
+    # Two namespaces use the waypoint `wp` of `shared`, which does not exist yet.
+    for name in ("ns-01", "ns-02"):
+        record["namespaces"](
+            None,
+            labelled(
+                name,
+                **{
+                    "istio.io/dataplane-mode": "ambient",
+                    "istio.io/use-waypoint": "wp",
+                    "istio.io/use-waypoint-namespace": "shared",
+                },
+            ),
+        )
+    events = _Events()
+    checker = NamespaceChecker(state, None, events)  # type: ignore[arg-type]
+    asyncio.run(checker.check())
+    # The first check judges every namespace with an ambient label.
+    assert checker.judged == 50
+    assert [(ns, reason) for ns, _, reason, _ in events.posted] == [
+        ("ns-01", "WaypointNotFound"),
+        ("ns-02", "WaypointNotFound"),
+    ]
+
+    # One namespace relabelled: it alone is judged.
+    record["namespaces"](None, labelled("ns-07", **{"istio.io/dataplane-mode": "on"}))
+    asyncio.run(checker.check())
+    assert checker.judged == 51
+    assert events.posted[-1][:3] == ("ns-07", "Warning", "InvalidDataplaneMode")
+
+    # Nothing changed: nothing judged.
+    asyncio.run(checker.check())
+    assert checker.judged == 51
+
+    # A Gateway appears in `shared`: the two namespaces looking there are judged.
+    key = ("shared", "wp")
+    state.gateways[key] = {
+        "metadata": {"namespace": "shared", "name": "wp"},
+        "spec": {"listeners": [{"name": "mesh", "port": 15008, "protocol": "HBONE"}]},
+    }
+    state.gateway_changed(key)
+    asyncio.run(checker.check())
+    assert checker.judged == 53
+
+    # A resync judges them all again.
+    state.resync()
+    asyncio.run(checker.check())
+    assert checker.judged == 103

@@ -188,7 +188,7 @@ def test_a_missing_spec_namespace_is_one_refusal_before_any_write() -> None:
     # one message and no write is tried that could fail once per object.
     controller = DataplaneController(ClusterState(), _NoNamespaces(), None)  # type: ignore[arg-type]
     owner = Owner("ambientoperator.io/v1alpha1", "AmbientMesh", "default", "uid-1")
-    refusal = asyncio.run(controller.namespace_refusal("istio-sytem", owner))
+    refusal = asyncio.run(controller.namespace_refusal("istio-sytem", controller.ours(owner)))
     assert refusal == (
         MeshReason.NAMESPACE_NOT_FOUND,
         "Namespace istio-sytem (spec.namespace) does not exist; nothing was changed and none "

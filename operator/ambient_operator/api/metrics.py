@@ -9,6 +9,12 @@ from prometheus_client import Counter, Gauge, Histogram, start_http_server
 RECONCILES = Counter(
     "ambient_operator_reconcile_total", "Reconciles run, by controller.", ["controller"]
 )
+DATAPLANE_PASSES = Counter(
+    "ambient_operator_dataplane_passes_total",
+    "Data-plane passes by kind: full (render, apply, status), or status (only the status "
+    "built again, when only pods or our objects' status changed since the last full pass).",
+    ["kind"],
+)
 RECONCILE_ERRORS = Counter(
     "ambient_operator_reconcile_errors_total",
     "Reconciles that ended in an error, by controller and reason.",

@@ -124,6 +124,7 @@ class Operator:
                 resync=options.resync_seconds,
             ),
             describe=self._describe_pass,
+            resynced=self.state.resync,
         )
 
     def leading(self) -> bool:
@@ -245,7 +246,7 @@ class Operator:
             misses.count()
         # Namespace warnings first: cheap, and the news a user who just
         # labelled a namespace waits for.
-        await self.namespaces.check_all()
+        await self.namespaces.check()
         await self.dataplane.reconcile()
         await self.waypoints.reconcile()
         if misses is not None:

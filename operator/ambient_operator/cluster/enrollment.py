@@ -8,13 +8,41 @@ are. istio-cni reports the result in `ambient.istio.io/redirection`.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from ambient_operator.api import constants as c
 from ambient_operator.api.conditions import NamespaceEvent
 from ambient_operator.api.v1alpha1 import Enrollment, PodCounts
-from ambient_operator.cluster.state import PodSummary
+
+
+class PodSummary(Protocol):
+    """What these rules read of a pod (cluster/state.py's PodSummary, which imports this)."""
+
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def mode(self) -> str | None: ...
+    @property
+    def sidecar(self) -> bool: ...
+    @property
+    def host_network(self) -> bool: ...
+    @property
+    def os(self) -> str | None: ...
+    @property
+    def node(self) -> str | None: ...
+    @property
+    def redirection(self) -> str | None: ...
+    @property
+    def phase(self) -> str | None: ...
+
+
+PodKey = tuple[str, str]
+# How one pod counts: (OS, redirection state), or None when it is not counted.
+Counted = tuple[str, str] | None
 
 VALID_MODES = ("ambient", "none")
 SIDECAR_NAMESPACE_LABELS = ("istio-injection", "istio.io/rev")
@@ -58,6 +86,38 @@ def redirection_state(pod: PodSummary) -> str:
     return "missing"
 
 
+def counted(
+    pod: PodSummary, namespace_labels: Mapping[str, str], node_os: Mapping[str, str]
+) -> Counted:
+    """How one pod counts in the enrollment totals: (OS, redirection state), or None.
+
+    The one rule of `summarize` and of `EnrollmentTally`: finished pods and
+    pods not enrolled are not counted.
+    """
+    if pod.phase in ("Succeeded", "Failed"):
+        return None
+    if not pod_enrolled(pod, namespace_labels):
+        return None
+    os_name = "windows" if pod_os(pod, node_os) == "windows" else "linux"
+    return os_name, redirection_state(pod)
+
+
+def _enrollment(
+    counts: Mapping[Counted, int], examples: list[str], namespaces: int, misses: int
+) -> Enrollment:
+    def of(os_name: str) -> PodCounts:
+        states = ("enabled", "pending", "missing")
+        return PodCounts(**{state: counts.get((os_name, state), 0) for state in states})
+
+    return Enrollment(
+        namespaces=namespaces,
+        linux_pods=of("linux"),
+        windows_pods=of("windows"),
+        example_pending_pods=examples,
+        workaround_misses=misses,
+    )
+
+
 def summarize(
     pods: Iterable[PodSummary],
     namespaces: Mapping[str, Mapping[str, Any]],
@@ -65,32 +125,137 @@ def summarize(
     workaround_misses: int = 0,
 ) -> Enrollment:
     """Bounded totals of enrolled pods by OS and redirection state."""
-    counts: dict[str, dict[str, int]] = {
-        "linux": {"enabled": 0, "pending": 0, "missing": 0},
-        "windows": {"enabled": 0, "pending": 0, "missing": 0},
-    }
+    counts: dict[Counted, int] = {}
     examples: list[str] = []
     for pod in sorted(pods, key=lambda p: (p.namespace, p.name)):
-        if pod.phase in ("Succeeded", "Failed"):
-            continue
         labels = (namespaces.get(pod.namespace) or {}).get("labels") or {}
-        if not pod_enrolled(pod, labels):
+        how = counted(pod, labels, node_os)
+        if how is None:
             continue
-        os_name = "windows" if pod_os(pod, node_os) == "windows" else "linux"
-        state = redirection_state(pod)
-        counts[os_name][state] += 1
-        if state != "enabled" and len(examples) < MAX_EXAMPLES:
+        counts[how] = counts.get(how, 0) + 1
+        if how[1] != "enabled" and len(examples) < MAX_EXAMPLES:
             examples.append(f"{pod.namespace}/{pod.name}")
     enrolled_namespaces = sum(
         1 for ns in namespaces.values() if namespace_enrolled(ns.get("labels") or {})
     )
-    return Enrollment(
-        namespaces=enrolled_namespaces,
-        linux_pods=PodCounts(**counts["linux"]),
-        windows_pods=PodCounts(**counts["windows"]),
-        example_pending_pods=examples,
-        workaround_misses=workaround_misses,
-    )
+    return _enrollment(counts, examples, enrolled_namespaces, workaround_misses)
+
+
+class EnrollmentTally:
+    """`summarize`'s answer kept up to date change by change, in work per change.
+
+    Told each pod change, each namespace's labels and each node's OS, it
+    keeps every pod's `counted` and the totals; a namespace's label change
+    counts its own pods again, a node's OS change the pods on it. The
+    examples are the first MAX_EXAMPLES uncounted-as-enabled pods in name
+    order, kept until one of them goes or a pod sorts before the last.
+    """
+
+    def __init__(self) -> None:
+        self._pods: dict[PodKey, PodSummary] = {}
+        self._counted: dict[PodKey, Counted] = {}
+        self._by_namespace: dict[str, set[PodKey]] = {}
+        self._by_node: dict[str, set[PodKey]] = {}
+        self._labels: dict[str, Mapping[str, str]] = {}
+        self._node_os: dict[str, str] = {}
+        self._enrolled_namespaces: set[str] = set()
+        self._counts: dict[Counted, int] = {}
+        # Enrolled pods not redirected (yet), and the first of them in name order.
+        self._pending: set[PodKey] = set()
+        self._examples: list[PodKey] | None = []
+        # Pods counted again, for tests that count the work.
+        self.recounted = 0
+
+    def pod(self, key: PodKey, pod: PodSummary | None) -> None:
+        """A pod was listed, changed (its new summary) or deleted (None)."""
+        old = self._pods.get(key)
+        if old is not None:
+            self._index(self._by_namespace, old.namespace, key, add=False)
+            if old.node:
+                self._index(self._by_node, old.node, key, add=False)
+        if pod is None:
+            self._pods.pop(key, None)
+            self._set(key, None)
+            return
+        self._pods[key] = pod
+        self._index(self._by_namespace, pod.namespace, key, add=True)
+        if pod.node:
+            self._index(self._by_node, pod.node, key, add=True)
+        self._recount(key)
+
+    def namespace(self, name: str, labels: Mapping[str, str] | None) -> None:
+        """A namespace's labels (None: it is gone); its pods are counted again when they changed."""
+        if labels is None:
+            self._labels.pop(name, None)
+            self._enrolled_namespaces.discard(name)
+        else:
+            if self._labels.get(name) == labels:
+                return
+            self._labels[name] = dict(labels)
+            if namespace_enrolled(labels):
+                self._enrolled_namespaces.add(name)
+            else:
+                self._enrolled_namespaces.discard(name)
+        for key in self._by_namespace.get(name, ()):
+            self._recount(key)
+
+    def node(self, name: str, os_name: str | None) -> None:
+        """A node's OS as enrollment reads it (None: the node is gone)."""
+        if os_name is None:
+            if self._node_os.pop(name, None) is None:
+                return
+        elif self._node_os.get(name) == os_name:
+            return
+        else:
+            self._node_os[name] = os_name
+        for key in self._by_node.get(name, ()):
+            self._recount(key)
+
+    def enrollment(self, workaround_misses: int = 0) -> Enrollment:
+        """What `summarize` says of the pods, namespaces and nodes told so far."""
+        if self._examples is None:
+            self._examples = heapq.nsmallest(MAX_EXAMPLES, self._pending)
+        examples = [f"{ns}/{name}" for ns, name in self._examples]
+        return _enrollment(
+            self._counts, examples, len(self._enrolled_namespaces), workaround_misses
+        )
+
+    @staticmethod
+    def _index(index: dict[str, set[PodKey]], at: str, key: PodKey, *, add: bool) -> None:
+        if add:
+            index.setdefault(at, set()).add(key)
+            return
+        keys = index.get(at)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del index[at]
+
+    def _recount(self, key: PodKey) -> None:
+        self.recounted += 1
+        pod = self._pods[key]
+        self._set(key, counted(pod, self._labels.get(pod.namespace) or {}, self._node_os))
+
+    def _set(self, key: PodKey, how: Counted) -> None:
+        old = self._counted.pop(key, None)
+        if old is not None:
+            self._counts[old] -= 1
+        if how is not None:
+            self._counted[key] = how
+            self._counts[how] = self._counts.get(how, 0) + 1
+        pending = how is not None and how[1] != "enabled"
+        if pending == (key in self._pending):
+            return
+        examples = self._examples
+        if pending:
+            self._pending.add(key)
+            # Only a pod that sorts among the first ones changes the examples.
+            if examples is not None and (len(examples) < MAX_EXAMPLES or key < examples[-1]):
+                self._examples = None
+        else:
+            self._pending.discard(key)
+            if examples is not None and key in examples:
+                self._examples = None
 
 
 # Values people give istio.io/use-waypoint when they read it as a switch; it

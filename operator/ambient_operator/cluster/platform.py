@@ -152,12 +152,30 @@ def node_clue(node: Mapping[str, Any]) -> Clue | None:
     return None
 
 
-def _cloud_notes(unmarked: list[Mapping[str, Any]]) -> list[str]:
+@dataclass(frozen=True)
+class NodeMark:
+    """What platform detection reads of one Node: its name, clue and providerID."""
+
+    name: str
+    clue: Clue | None
+    provider: str
+
+
+def node_mark(node: Mapping[str, Any]) -> NodeMark | None:
+    """One Node's mark for `guess_platform`; None when it is no object. Never raises."""
+    if not isinstance(node, Mapping):
+        return None
+    return NodeMark(
+        _text(_field(node, "metadata", "name")),
+        node_clue(node),
+        _text(_field(node, "spec", "providerID")),
+    )
+
+
+def _cloud_notes(unmarked: list[NodeMark]) -> list[str]:
     notes = []
     for scheme, (managed, label) in _CLOUD_SCHEMES.items():
-        count = sum(
-            1 for n in unmarked if _text(_field(n, "spec", "providerID")).startswith(scheme)
-        )
+        count = sum(1 for n in unmarked if n.provider.startswith(scheme))
         if count:
             notes.append(
                 f"{count} node(s) with providerID {scheme} but no {label} label: Kubernetes "
@@ -178,16 +196,19 @@ def detect_platform(nodes: Iterable[Mapping[str, Any]]) -> PlatformGuess:
     outside the mesh; upstream's defaults plus a status that names the
     disagreement leave the choice to spec.platform.
     """
-    nodes = [n for n in nodes if isinstance(n, Mapping)]
+    return guess_platform([m for n in nodes if (m := node_mark(n)) is not None])
+
+
+def guess_platform(marks: Iterable[NodeMark]) -> PlatformGuess:
+    """`detect_platform` from the Nodes' marks (`node_mark`), which a caller may keep."""
+    nodes = sorted(marks, key=lambda m: m.name)
     by_platform: dict[str, list[tuple[str, Clue]]] = {}
-    unmarked: list[Mapping[str, Any]] = []
-    for node in sorted(nodes, key=lambda n: _text(_field(n, "metadata", "name"))):
-        clue = node_clue(node)
-        if clue is None:
-            unmarked.append(node)
+    unmarked: list[NodeMark] = []
+    for mark in nodes:
+        if mark.clue is None:
+            unmarked.append(mark)
         else:
-            name = _text(_field(node, "metadata", "name"))
-            by_platform.setdefault(clue.platform, []).append((name, clue))
+            by_platform.setdefault(mark.clue.platform, []).append((mark.name, mark.clue))
 
     def line(platform: str) -> str:
         marked = by_platform[platform]

@@ -57,20 +57,29 @@ class PodFeed:
 
     def apply(self, changes: list[Change[PodRecord]]) -> None:
         """One batch from the informer."""
-        pods = self.state.pods
-        changed = False
+        pods, tally = self.state.pods, self.state.tally
+        changed = agents = False
         for change in changes:
             record = None if change.type == "DELETED" else change.record
+            old = pods.get(change.key)
             if record is None:
-                changed = pods.pop(change.key, None) is not None or changed
-            elif pods.get(change.key) != record.summary:
+                if old is not None:
+                    del pods[change.key]
+                    tally.pod(change.key, None)
+                    changed, agents = True, agents or old.agent is not None
+            elif old != record.summary:
                 pods[change.key] = record.summary
+                tally.pod(change.key, record.summary)
                 changed = True
+                agents = agents or record.summary.agent is not None
+                agents = agents or (old is not None and old.agent is not None)
             for i, consumer in enumerate(self.consumers):
                 consumer.remember(change.key, record.kept[i] if record else None)
         if changed:
-            # Pods only move status along: not urgent.
-            self.state.poke(urgent=False)
+            # Pods only move status along: not urgent. Our agents' pods also
+            # decide which nodes' readiness taints go (controllers/
+            # node_readiness.py), a write: a full pass.
+            self.state.poke(urgent=False, status=not agents)
 
     def informer(self, kube: Kube, loop: asyncio.AbstractEventLoop) -> Informer[PodRecord]:
         """An informer over every pod of the cluster feeding this."""

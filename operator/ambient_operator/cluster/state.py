@@ -8,12 +8,14 @@ memory stays flat with thousands of them.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ambient_operator.api import constants as c
 from ambient_operator.api.constants import LABEL_CONTROLLER
+from ambient_operator.cluster.enrollment import EnrollmentTally
 from ambient_operator.kube.resources import ObjectKey, key_of, resource_version
 
 SIDECAR_STATUS_ANNOTATION = "sidecar.istio.io/status"
@@ -93,10 +95,28 @@ class ClusterState:
     # istiod's revision tags: MutatingWebhookConfigurations istio-revision-tag-*
     # by name, their metadata only (cluster/revisions.py reads the labels).
     revision_tags: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The enrollment totals, told every pod, namespace and node change by the
+    # functions that keep the caches above (cluster/pods.py, cluster/watches.py).
+    tally: EnrollmentTally = field(default_factory=EnrollmentTally)
     trigger: asyncio.Event = field(default_factory=asyncio.Event)
     # Whether a pending change can alter what we write (a node, the spec, one
     # of our objects) rather than only what status reports (pods, rollouts).
     urgent: bool = False
+    # What the pokes said since the data plane's last full pass: True once any
+    # change but status news came (status=False), or a resync is due. The data
+    # plane clears it when it starts a full pass; while it stays False, a
+    # status-only pass answers (controllers/dataplane.py). True at start.
+    full_pass_due: bool = True
+    # Namespaces changed since the namespace checks last ran (controllers/
+    # namespaces.py), and Gateways whose spec or labels changed or that went
+    # (namespaces naming them as their waypoint are checked again); None:
+    # check every namespace (at start and on resync).
+    changed_namespaces: set[str] | None = None
+    changed_gateways: set[tuple[str, str]] = field(default_factory=set)
+    # Counts the changes of what status.revisions reads (istiod's Deployments,
+    # revision tags, Gateways, namespaces' istio.io/rev): equal counts, equal
+    # revisions (controllers/dataplane.py keeps the last answer).
+    revision_changes: int = 0
     # The data plane's passes are not per key: no change of it is keyed
     # (runtime/pacing.py); the loop's Trigger reads it.
     keyed: bool = False
@@ -110,8 +130,13 @@ class ClusterState:
     # is handed to the loop, or the loop might not wake up until other I/O does.
     loop: asyncio.AbstractEventLoop | None = None
 
-    def poke(self, urgent: bool = True) -> None:
-        """Ask the reconcile loop to run: soon when urgent, else within seconds."""
+    def poke(self, urgent: bool = True, *, status: bool = False) -> None:
+        """Ask the reconcile loop to run: soon when urgent, else within seconds.
+
+        `status` says the change is status news only (a pod, one of our
+        objects' status, the webhook's miss count), which a status-only pass
+        of the data plane answers; any other change makes the next pass full.
+        """
         loop = self.loop
         if loop is not None and not loop.is_closed():
             try:
@@ -119,10 +144,27 @@ class ClusterState:
             except RuntimeError:
                 running = None
             if running is not loop:
-                loop.call_soon_threadsafe(self.poke, urgent)
+                loop.call_soon_threadsafe(functools.partial(self.poke, urgent, status=status))
                 return
         self.urgent = self.urgent or urgent
+        self.full_pass_due = self.full_pass_due or not status
         self.trigger.set()
+
+    def resync(self) -> None:
+        """The periodic resync is due: a full pass, and every namespace checked."""
+        self.changed_namespaces = None
+        self.poke(urgent=False)
+
+    def namespace_changed(self, name: str) -> None:
+        """Record that a namespace changed (or went) for the namespace checks."""
+        if self.changed_namespaces is not None:
+            self.changed_namespaces.add(name)
+
+    def gateway_changed(self, key: tuple[str, str]) -> None:
+        """A Gateway's spec or labels changed, or it went: checks and revisions read it."""
+        self.changed_gateways.add(key)
+        self.revision_changes += 1
+        self.poke()
 
     def owned_by(self, controller: str) -> dict[ObjectKey, dict[str, Any]]:
         """The prune set of one controller."""

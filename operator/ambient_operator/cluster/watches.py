@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ambient_operator.api import constants as c
+from ambient_operator.cluster.facts import node_os
 from ambient_operator.cluster.revisions import LABEL_TAG, TAG_WEBHOOK_PREFIX
 from ambient_operator.cluster.state import ClusterState
 from ambient_operator.kube.resources import KINDS, Kind, cached_copy, key_of
@@ -65,6 +66,25 @@ def desired_part(obj: Mapping[str, Any]) -> Any:
         meta.get("labels"),
         meta.get("annotations"),
         {k: v for k, v in obj.items() if k not in ("metadata", "status")},
+    )
+
+
+def mesh_shape(mesh: Mapping[str, Any] | None) -> Any:
+    """What of the AmbientMesh a data-plane pass acts on: all but its status.
+
+    The status is what the pass writes: its own write coming back is status news.
+    """
+    if mesh is None:
+        return None
+    meta = mesh.get("metadata") or {}
+    return (
+        meta.get("uid"),
+        meta.get("generation"),
+        meta.get("labels"),
+        meta.get("annotations"),
+        meta.get("finalizers"),
+        meta.get("deletionTimestamp"),
+        {k: v for k, v in mesh.items() if k not in ("metadata", "status")},
     )
 
 
@@ -130,8 +150,8 @@ def state_watches(state: ClusterState, owned_kinds: Sequence[tuple[str, str]]) -
     """
 
     def record_mesh(event: str | None, body: Mapping[str, Any]) -> None:
-        state.mesh = None if event == "DELETED" else cached_copy(body)
-        state.poke()
+        old, state.mesh = state.mesh, None if event == "DELETED" else cached_copy(body)
+        state.poke(status=mesh_shape(old) == mesh_shape(state.mesh))
 
     def record_crd(event: str | None, body: Mapping[str, Any]) -> None:
         state.mesh_crd = None if event == "DELETED" else cached_copy(body)
@@ -144,32 +164,51 @@ def state_watches(state: ClusterState, owned_kinds: Sequence[tuple[str, str]]) -
         name = _name(body)
         if event == "DELETED":
             state.nodes.pop(name, None)
+            state.tally.node(name, None)
             state.poke()
             return
         node = cached_copy(body)
         old = state.nodes.get(name)
         state.nodes[name] = node
         if old is None or node_shape(old) != node_shape(node):
+            # Enrollment counts a pod without an OS of its own by its node's.
+            state.tally.node(name, node_os(node) or "linux")
             state.poke()
+
+    def forget_node(key: Key) -> None:
+        if key[1] in state.nodes:
+            record_node("DELETED", {"metadata": {"name": key[1]}})
 
     def record_namespace(event: str | None, body: Mapping[str, Any]) -> None:
         name = _name(body)
-        if event == "DELETED":
+        old = state.namespaces.get(name)
+        new = None if event == "DELETED" else namespace_entry(body)
+        if new is None:
             state.namespaces.pop(name, None)
         else:
-            old = state.namespaces.get(name)
-            new = namespace_entry(body)
             state.namespaces[name] = new
             if old is not None and same_namespace(old, new):
                 return
+        labels = None if new is None else new["labels"]
+        state.tally.namespace(name, labels)
+        state.namespace_changed(name)
+        revision = (labels or {}).get(c.LABEL_REVISION)
+        if revision != ((old or {}).get("labels") or {}).get(c.LABEL_REVISION):
+            state.revision_changes += 1
         state.poke()
 
-    def record_in(cache: dict[tuple[str, str], dict[str, Any]]) -> Record:
+    def forget_namespace(key: Key) -> None:
+        if key[1] in state.namespaces:
+            record_namespace("DELETED", {"metadata": {"name": key[1]}})
+
+    def record_in(cache: dict[tuple[str, str], dict[str, Any]], *, revisions: bool) -> Record:
         def record(event: str | None, body: Mapping[str, Any]) -> None:
             if event == "DELETED":
                 cache.pop(_nskey(body), None)
             else:
                 cache[_nskey(body)] = cached_copy(body)
+            if revisions:
+                state.revision_changes += 1
             state.poke()
 
         return record
@@ -180,9 +219,8 @@ def state_watches(state: ClusterState, owned_kinds: Sequence[tuple[str, str]]) -
         if not state.remember_owned(obj, deleted=event == "DELETED"):
             return  # a late event: a write's response told us more
         # A rollout moving along is status; an edit or a deletion is drift.
-        state.poke(
-            urgent=event == "DELETED" or before is None or desired_part(before) != desired_part(obj)
-        )
+        drift = event == "DELETED" or before is None or desired_part(before) != desired_part(obj)
+        state.poke(urgent=drift, status=not drift)
 
     def forget_in(cache: dict[Any, Any], entry: Callable[[Key], Any]) -> Callable[[Key], None]:
         def forget(key: Key) -> None:
@@ -202,7 +240,18 @@ def state_watches(state: ClusterState, owned_kinds: Sequence[tuple[str, str]]) -
             if state.revision_tags.get(name) == entry:
                 return
             state.revision_tags[name] = entry
+        state.revision_changes += 1
         state.poke()
+
+    def forget_tag(key: Key) -> None:
+        if state.revision_tags.pop(key[1], None) is not None:
+            state.revision_changes += 1
+            state.poke()
+
+    def forget_deployment(key: Key) -> None:
+        if state.deployments.pop(key, None) is not None:
+            state.revision_changes += 1
+            state.poke()
 
     def forget_mesh(_key: Key) -> None:
         state.mesh = None
@@ -249,19 +298,19 @@ def state_watches(state: ClusterState, owned_kinds: Sequence[tuple[str, str]]) -
             KINDS[("v1", "Node")],
             record_node,
             cached=lambda: {("", name): node for name, node in state.nodes.items()},
-            forget=forget_in(state.nodes, lambda key: key[1]),
+            forget=forget_node,
         ),
         Watched(
             "namespaces",
             KINDS[("v1", "Namespace")],
             record_namespace,
             cached=lambda: {("", name): ns for name, ns in state.namespaces.items()},
-            forget=forget_in(state.namespaces, lambda key: key[1]),
+            forget=forget_namespace,
         ),
         Watched(
             "istiod-services",
             KINDS[("v1", "Service")],
-            record_in(state.services),
+            record_in(state.services, revisions=False),
             when=istiod_or_dns,
             cached=lambda: dict(state.services),
             forget=forget_in(state.services, lambda key: key),
@@ -269,10 +318,10 @@ def state_watches(state: ClusterState, owned_kinds: Sequence[tuple[str, str]]) -
         Watched(
             "istiod-deployments",
             KINDS[("apps/v1", "Deployment")],
-            record_in(state.deployments),
+            record_in(state.deployments, revisions=True),
             when=istiod_or_dns,
             cached=lambda: dict(state.deployments),
-            forget=forget_in(state.deployments, lambda key: key),
+            forget=forget_deployment,
         ),
         Watched(
             "revision-tags",
@@ -281,7 +330,7 @@ def state_watches(state: ClusterState, owned_kinds: Sequence[tuple[str, str]]) -
             labels={LABEL_TAG: None},
             when=lambda name, _ns, _labels: name.startswith(TAG_WEBHOOK_PREFIX),
             cached=lambda: {("", name): tag for name, tag in state.revision_tags.items()},
-            forget=forget_in(state.revision_tags, lambda key: key[1]),
+            forget=forget_tag,
         ),
         *(owned_row(*kind) for kind in owned_kinds),
     ]

@@ -25,7 +25,9 @@ import dataclasses
 import functools
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -40,11 +42,15 @@ from ambient_operator.api.conditions import (
     Verdict,
 )
 from ambient_operator.api.v1alpha1 import (
+    AdoptionStatus,
     AmbientMeshSpec,
     AmbientMeshStatus,
     ComponentStatus,
     Enrollment,
     HeldTemplates,
+    NodeInventory,
+    NodeReadinessStatus,
+    PlatformStatus,
     RevisionStatus,
 )
 from ambient_operator.apply.adopt import Takeover, as_adopted
@@ -57,12 +63,17 @@ from ambient_operator.apply.held import (
     held,
     inputs_digest,
 )
-from ambient_operator.apply.ownership import describe
+from ambient_operator.apply.ownership import conflict, describe
 from ambient_operator.apply.plan import Owner, PassMemo, plan
 from ambient_operator.apply.writer import NameConflictError, prune, set_finalizer, write
-from ambient_operator.cluster.enrollment import summarize
-from ambient_operator.cluster.facts import ClusterFacts, node_os
-from ambient_operator.cluster.versions import AgentTag, agent_tag, image_version, release_tag
+from ambient_operator.cluster.facts import ClusterFacts
+from ambient_operator.cluster.versions import (
+    AgentTag,
+    RunningAgent,
+    agent_tag,
+    image_version,
+    release_tag,
+)
 from ambient_operator.controllers.adoption import ORPHAN_FINALIZER, gather_takeover, orphan_all
 from ambient_operator.controllers.dataplane_moves import (
     CONTROLLER,
@@ -130,8 +141,44 @@ def repair_refusal(spec: AmbientMeshSpec, *, may_delete_pods: bool, by_chart: bo
     )
 
 
+@dataclass(frozen=True)
+class _LastPass:
+    """What a full pass found and rendered, which a status-only pass builds the status from.
+
+    Kept only after a full pass that left nothing to do (controllers/dataplane.py).
+    """
+
+    uid: str
+    generation: int
+    # The spec as rendered (the agents' tag chosen), and how the tag was chosen.
+    spec: AmbientMeshSpec
+    chosen: AgentTag
+    result: RenderResult
+    # Our agents as they ran when rendered: render's input that status news moves.
+    agents: Mapping[tuple[str, str], RunningAgent]
+    # This mesh's DaemonSets in spec.namespace after the pass's writes.
+    daemonsets: tuple[ObjectKey, ...]
+    platform: PlatformStatus
+    inventory: NodeInventory
+    held: HeldTemplates | None
+    held_message: str | None
+    node_readiness: NodeReadinessStatus | None
+    problems: tuple[Problem, ...]
+
+
 class DataplaneController(DataplaneMoves):
     """Keeps the agents' DaemonSets and friends as the AmbientMesh asks."""
+
+    # The last full pass, while a status-only pass may build on it; None: the
+    # next pass is full.
+    _last: _LastPass | None = None
+    # status.revisions with the inputs it was built from (_revisions).
+    _revisions_memo: tuple[Any, list[RevisionStatus]] | None = None
+
+    @functools.cached_property
+    def passes(self) -> Counter[str]:
+        """Passes run by kind, "full" or "status" (also a metric), for tests that count."""
+        return Counter()
 
     @functools.cached_property
     def node_readiness(self) -> NodeReadinessGate:
@@ -187,6 +234,20 @@ class DataplaneController(DataplaneMoves):
             )
 
     async def _reconcile(self, mesh: dict[str, Any]) -> None:
+        # Only status news since the last full pass: the status alone is built
+        # again, from that pass's render and the caches (_status_pass).
+        if not self.state.full_pass_due and await self._status_pass(mesh):
+            return
+        self.state.full_pass_due = False
+        self._last = None
+        self._count_pass("full")
+        try:
+            await self._full_pass(mesh)
+        except BaseException:
+            self.state.full_pass_due = True  # what it did not finish, the next pass does
+            raise
+
+    async def _full_pass(self, mesh: dict[str, Any]) -> None:
         generation = int(mesh["metadata"].get("generation", 0))
         previous = self._previous_status(mesh)
         try:
@@ -211,12 +272,15 @@ class DataplaneController(DataplaneMoves):
                 f"could not be written: {exc.message}",
             )
             return
-        chosen = self._agent_tag(spec, owner)
+        # Read once: it walks every object the operator keeps. The pass's own
+        # writes and prunes are kept in it as they are made (_apply).
+        ours = self.ours(owner)
+        chosen = self._agent_tag(spec, ours)
         if chosen.tag != spec.images.tag:
             spec = spec.model_copy(
                 update={"images": spec.images.model_copy(update={"tag": chosen.tag})}
             )
-        refusal = await self.namespace_refusal(spec.namespace, owner)
+        refusal = await self.namespace_refusal(spec.namespace, ours)
         self.state.refused_namespace = spec.namespace if refusal is not None else None
         if refusal is not None:
             await self._fail(mesh, previous, generation, *refusal)
@@ -235,13 +299,12 @@ class DataplaneController(DataplaneMoves):
                 mesh, previous, generation, MeshReason.REPAIR_MODE_NOT_GRANTED, refused
             )
             return
-        moving_from = sorted(self.agent_namespaces(owner) - {spec.namespace})
+        moving_from = sorted(self.agent_namespaces(ours) - {spec.namespace})
         # The same nodes as the facts below: nothing awaits in between.
         choice = self.platform_choice(spec)
-        platform = platform_status(choice)
         try:
             attachments = await asyncio.to_thread(self.network_attachments, spec)
-            facts = self.facts(spec, moving_from, owner, choice, attachments)
+            facts = self.facts(spec, moving_from, ours, choice, attachments)
             # Pure, and the pass's largest piece of CPU (bench/profile_passes.py):
             # in a thread, the event loop keeps serving the waypoints' pass and
             # the watches meanwhile (a Gateway made with its namespace waited
@@ -253,51 +316,135 @@ class DataplaneController(DataplaneMoves):
             await self._fail(mesh, previous, generation, MeshReason.RENDER_FAILED, str(exc))
             return
 
-        takeover = await self._takeover(spec, owner, result)
-        objects, held = self._to_write(mesh, spec, owner, result, takeover)
-        outcome = await self._apply(owner, spec.namespace, moving_from, result, objects, takeover)
+        takeover = await self._takeover(spec, owner, ours, result)
+        objects, held = self._to_write(mesh, spec, ours, result, takeover)
+        outcome = await self._apply(
+            owner, ours, spec.namespace, moving_from, result, objects, takeover
+        )
+        gated, gate_problems = await self.node_readiness.reconcile(spec, result)
+        last = _LastPass(
+            uid=owner.uid,
+            generation=generation,
+            spec=spec,
+            chosen=chosen,
+            result=result,
+            agents=facts.agents,
+            daemonsets=tuple(
+                key for key in ours if key[:3] == ("apps/v1", "DaemonSet", spec.namespace)
+            ),
+            platform=platform_status(choice),
+            inventory=result.inventory(),
+            held=held,
+            held_message=held_message(held, [p.platform for p in result.rollout.platforms]),
+            node_readiness=gated,
+            problems=(*self.problems(spec, result), *gate_problems),
+        )
+        outcome.held = last.held_message
+        adoption = adoption_status(takeover, ours, result.objects)
+        outcome.as_is = as_is_message(adoption, spec.namespace)
+        await self._finish(mesh, previous, last, ours, outcome, adoption, nodes=True)
+        # A status-only pass may follow only a pass that left nothing to do:
+        # no write failed or was refused, no move or take-over is under way
+        # (their next step waits on the agents' readiness, which is status).
+        clean = not (outcome.conflicts or outcome.errors or outcome.refused or outcome.waiting)
+        if clean and not moving_from and takeover is None:
+            self._last = last
+
+    async def _status_pass(self, mesh: dict[str, Any]) -> bool:
+        """The status again from the last full pass's render and the caches; False when a
+        full pass is needed.
+
+        Run when only status news came since that pass (the pokes said so,
+        ClusterState.full_pass_due): pods, our objects' status, the webhook's
+        miss count. Our agents' rollout state is one of render's inputs that
+        such news moves; when it moved, the full pass runs. Costs the
+        DaemonSets and what changed: the enrollment totals are kept as pods
+        change (ClusterState.tally), status.revisions as their inputs do.
+        """
+        last = self._last
+        meta = mesh.get("metadata") or {}
+        if (
+            last is None
+            or meta.get("uid") != last.uid
+            or int(meta.get("generation", 0)) != last.generation
+        ):
+            return False
+        owned, owner = self.state.owned, Owner.of(mesh)
+        ours = {
+            key: live
+            for key in last.daemonsets
+            if (live := owned.get(key)) is not None and conflict(live, owner) is None
+        }
+        if self.running_agents(last.spec.namespace, ours) != last.agents:
+            return False
+        self._count_pass("status")
+        outcome = ApplyOutcome(held=last.held_message)
+        await self._finish(mesh, self._previous_status(mesh), last, ours, outcome, None)
+        return True
+
+    def _count_pass(self, kind: str) -> None:
+        self.passes[kind] += 1
+        metrics.DATAPLANE_PASSES.labels(kind=kind).inc()
+
+    async def _finish(
+        self,
+        mesh: dict[str, Any],
+        previous: AmbientMeshStatus | None,
+        last: _LastPass,
+        ours: Mapping[ObjectKey, Mapping[str, Any]],
+        outcome: ApplyOutcome,
+        adoption: AdoptionStatus | None,
+        *,
+        nodes: bool = False,
+    ) -> None:
+        """Build the status of a pass (full or status-only) and write it when it differs.
+
+        `ours` holds at least the DaemonSets rendered; `nodes` exports the
+        node metrics too (only a full pass judges nodes).
+        """
+        spec, result = last.spec, last.result
         versions = version_status(
             spec,
             result.rollout,
             self.istiod(spec),
-            chosen,
+            last.chosen,
             previous.versions if previous is not None else None,
         )
-        outcome.rollout = rollout_message(result.rollout, chosen, versions)
-        adoption = adoption_status(takeover, self.ours(owner), result.objects)
-        outcome.as_is = as_is_message(adoption, spec.namespace)
-        outcome.held = held_message(held, [p.platform for p in result.rollout.platforms])
+        outcome.rollout = rollout_message(result.rollout, last.chosen, versions)
         reconciled = outcome.verdict(len(result.objects))
         if reconciled.status != "True":
             metrics.RECONCILE_ERRORS.labels(controller=CONTROLLER, reason=reconciled.reason).inc()
-        components = self._components(result, spec.namespace, owner)
-        gated, gate_problems = await self.node_readiness.reconcile(spec, result)
-        problems = [*self.problems(spec, result), *gate_problems]
+        components = self._components(result, spec.namespace, ours)
         status = build_status(
             previous,
-            generation,
+            last.generation,
             [
                 reconciled,
                 ready_verdict(components, sum(len(ds.nodes) for ds in result.daemonsets)),
-                degraded_verdict(problems),
+                degraded_verdict(list(last.problems)),
             ],
             components,
-            result.inventory(),
-            self._enrollment(),
+            last.inventory,
+            self.state.tally.enrollment(self.workaround_misses),
             self.clock(),
-            node_readiness=gated,
+            node_readiness=last.node_readiness,
             versions=versions,
-            platform=platform,
+            platform=last.platform,
             adoption=adoption,
-            held=held,
+            held=last.held,
             revisions=self._revisions(spec),
         )
-        self._export_metrics(result, status.enrollment)
+        self._export_metrics(result if nodes else None, status.enrollment)
         await self._write_status(mesh, previous, status)
 
     def _revisions(self, spec: AmbientMeshSpec) -> list[RevisionStatus]:
-        """status.revisions from the caches (status/revisions.py)."""
-        return revisions_status(
+        """status.revisions from the caches (status/revisions.py), again only when its
+        inputs changed (ClusterState.revision_changes counts their changes)."""
+        inputs = (self.state.revision_changes, spec, default_image(spec))
+        held = self._revisions_memo
+        if held is not None and held[0] == inputs:
+            return held[1]
+        revisions = revisions_status(
             spec,
             [dep for (ns, _), dep in self.state.deployments.items() if ns == spec.namespace],
             self.state.gateways.values(),
@@ -305,13 +452,17 @@ class DataplaneController(DataplaneMoves):
             self.state.revision_tags.values(),
             default_image(spec),
         )
+        self._revisions_memo = (inputs, revisions)
+        return revisions
 
-    def _agent_tag(self, spec: AmbientMeshSpec, owner: Owner) -> AgentTag:
+    def _agent_tag(
+        self, spec: AmbientMeshSpec, ours: Mapping[ObjectKey, Mapping[str, Any]]
+    ) -> AgentTag:
         """The agents' tag this pass (cluster/versions.py's agent_tag): set, istiod's, default.
 
         What the Linux ztunnel runs is what the agents keep while istiod rolls.
         """
-        running = self.running_agents(spec.namespace, owner).get((PLATFORM_LINUX, ZTUNNEL))
+        running = self.running_agents(spec.namespace, ours).get((PLATFORM_LINUX, ZTUNNEL))
         version = image_version(running.image) if running is not None else None
         return agent_tag(
             spec.images.tag_if_set(),
@@ -321,7 +472,11 @@ class DataplaneController(DataplaneMoves):
         )
 
     async def _takeover(
-        self, spec: AmbientMeshSpec, owner: Owner, result: RenderResult
+        self,
+        spec: AmbientMeshSpec,
+        owner: Owner,
+        ours: dict[ObjectKey, dict[str, Any]],
+        result: RenderResult,
     ) -> Takeover | None:
         """What spec.adopt may take this pass (apply/adopt.py); None when it names nothing.
 
@@ -333,7 +488,6 @@ class DataplaneController(DataplaneMoves):
         if not names:
             self.takeover = None
             return None
-        ours = self.ours(owner)
         rendered = {key_of(obj) for obj in result.objects}
         held = self.takeover
         if held is not None and held.releases == names and rendered <= ours.keys():
@@ -365,7 +519,7 @@ class DataplaneController(DataplaneMoves):
         self,
         mesh: Mapping[str, Any],
         spec: AmbientMeshSpec,
-        owner: Owner,
+        ours: Mapping[ObjectKey, Mapping[str, Any]],
         result: RenderResult,
         takeover: Takeover | None,
     ) -> tuple[list[dict[str, Any]], HeldTemplates | None]:
@@ -375,7 +529,6 @@ class DataplaneController(DataplaneMoves):
         Helm wrote keeps it until the user changes the spec or approves; an
         approval rolls the held platforms in the rollout order.
         """
-        ours = self.ours(owner)
         hold = Hold(inputs_digest(spec), self.version)
         forms: list[tuple[dict[str, Any], Mapping[str, Any] | None, Held | None]] = []
         for obj in result.objects:
@@ -405,6 +558,7 @@ class DataplaneController(DataplaneMoves):
     async def _apply(
         self,
         owner: Owner,
+        ours: dict[ObjectKey, dict[str, Any]],
         target: str,
         moving_from: Sequence[str],
         result: RenderResult,
@@ -415,7 +569,6 @@ class DataplaneController(DataplaneMoves):
         if takeover is not None and takeover.refused:
             outcome.refused = takeover.refused
             return outcome  # consent that cannot be honoured whole writes nothing
-        ours = self.ours(owner)
         # In the loop, not a thread: what the last pass prepared costs a
         # comparison, and a hop to a thread and back cost more than that.
         prepared = self.memo.prepare(objects, owner, CONTROLLER)
@@ -453,13 +606,16 @@ class DataplaneController(DataplaneMoves):
                 outcome.failed(what, exc.message)
                 continue
             self.state.remember_owned(live)
+            # `ours` stays what the caches hold of this mesh: the newer of the
+            # response and a watch event already in.
+            ours[key] = self.state.owned.get(key, live)
             metrics.OBJECTS_APPLIED.labels(kind=obj["kind"]).inc()
             log.info("applied %s", what)
         if outcome.conflicts or outcome.errors:
             return outcome
         scope = {target}
         if moving_from:
-            waiting = self._taking_over(result, target, owner)
+            waiting = self._taking_over(result, target, ours)
             if waiting:
                 outcome.waiting = (
                     f"the agents in {', '.join(moving_from)} stay until those in {target} "
@@ -484,6 +640,7 @@ class DataplaneController(DataplaneMoves):
             if not pruned:
                 continue  # out of scope this pass (the old namespace during a move)
             self.state.remember_owned(obj, deleted=True)
+            ours.pop(key_of(obj), None)
             metrics.OBJECTS_PRUNED.labels(kind=obj["kind"]).inc()
             log.info("pruned %s", what)
         return outcome
@@ -492,15 +649,15 @@ class DataplaneController(DataplaneMoves):
         """The webhook's count of Windows pods admitted without the workaround, for status."""
         self.workaround_misses = count
 
+    @staticmethod
     def _components(
-        self, result: RenderResult, namespace: str, owner: Owner
+        result: RenderResult, namespace: str, ours: Mapping[ObjectKey, Mapping[str, Any]]
     ) -> list[tuple[ComponentStatus, bool, str]]:
         """Each rendered DaemonSet's live counts and readiness, in `namespace` only.
 
         During a move both namespaces hold DaemonSets of the same names; only
         the target's tell whether the agents run as the spec asks.
         """
-        ours = self.ours(owner)
         out = []
         for ds in result.daemonsets:
             live = ours.get(("apps/v1", "DaemonSet", namespace, ds.name))
@@ -508,12 +665,6 @@ class DataplaneController(DataplaneMoves):
             ok, why = daemonset_ready(live, len(ds.nodes))
             out.append((cs, ok, why))
         return out
-
-    def _enrollment(self) -> Enrollment:
-        os_by_node = {name: node_os(node) or "linux" for name, node in self.state.nodes.items()}
-        return summarize(
-            self.state.pods.values(), self.state.namespaces, os_by_node, self.workaround_misses
-        )
 
     @staticmethod
     def _previous_status(mesh: dict[str, Any]) -> AmbientMeshStatus | None:
@@ -588,14 +739,17 @@ class DataplaneController(DataplaneMoves):
                 f"{cond.type}={cond.status}: {cond.message}",
             )
 
-    def _export_metrics(self, result: RenderResult, enrollment: Enrollment) -> None:
-        metrics.NODES.clear()
-        counts: dict[tuple[str, str, str], int] = {}
-        for v in result.verdicts:
-            labels = (v.os or "unknown", v.build or "", "true" if v.supported else "false")
-            counts[labels] = counts.get(labels, 0) + 1
-        for (os_name, build, supported), n in counts.items():
-            metrics.NODES.labels(os=os_name, build=build, supported=supported).set(n)
+    @staticmethod
+    def _export_metrics(result: RenderResult | None, enrollment: Enrollment) -> None:
+        """The node gauges from a full pass's `result` (None: as they are), and enrollment's."""
+        if result is not None:
+            metrics.NODES.clear()
+            counts: dict[tuple[str, str, str], int] = {}
+            for v in result.verdicts:
+                labels = (v.os or "unknown", v.build or "", "true" if v.supported else "false")
+                counts[labels] = counts.get(labels, 0) + 1
+            for (os_name, build, supported), n in counts.items():
+                metrics.NODES.labels(os=os_name, build=build, supported=supported).set(n)
         metrics.ENROLLED_NAMESPACES.set(enrollment.namespaces)
         for os_name, pods in (
             ("linux", enrollment.linux_pods),

@@ -11,8 +11,9 @@ message, what a DaemonSet's pods use). The pass itself is in dataplane.py.
 from __future__ import annotations
 
 import asyncio
+import bisect
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
@@ -30,10 +31,12 @@ from ambient_operator.cluster.facts import (
     NodeFacts,
 )
 from ambient_operator.cluster.platform import (
+    NodeMark,
     PlatformChoice,
     choice_warning,
-    detect_platform,
     effective_platform,
+    guess_platform,
+    node_mark,
 )
 from ambient_operator.cluster.state import ClusterState
 from ambient_operator.cluster.versions import RunningAgent, workload_image
@@ -48,6 +51,7 @@ from ambient_operator.status.components import (
 )
 from ambient_operator.status.events import EventRecorder, now_rfc3339
 
+T = TypeVar("T")
 CONTROLLER = "dataplane"
 MESH = KINDS[("ambientoperator.io/v1alpha1", "AmbientMesh")]
 NAMESPACE = KINDS[("v1", "Namespace")]
@@ -85,6 +89,43 @@ def _uses(obj: Mapping[str, Any]) -> Iterator[ObjectKey]:
 
 def _named(key: ObjectKey) -> str:
     return describe({"kind": key[1], "metadata": {"namespace": key[2], "name": key[3]}})
+
+
+class PerNode(Generic[T]):
+    """What `read` makes of each Node, in name order, read again only for a changed Node.
+
+    The caches replace a Node's object on each of its events: an unchanged
+    Node is the same object. The name order is kept from pass to pass, and
+    mended where Nodes came or went, so a pass costs a look-up per Node.
+    """
+
+    def __init__(self, read: Callable[[Mapping[str, Any]], T]) -> None:
+        self._read = read
+        self._names: list[str] = []
+        self._known: set[str] = set()
+        self._held: dict[str, tuple[Mapping[str, Any], T]] = {}
+        # Nodes read, for tests that count the work.
+        self.reads = 0
+
+    def update(self, nodes: Mapping[str, Mapping[str, Any]]) -> list[T]:
+        """What `read` makes of each of `nodes` (by name), in name order."""
+        held, known = self._held, self._known
+        for name in known - nodes.keys():
+            del self._names[bisect.bisect_left(self._names, name)]
+            known.discard(name)
+            held.pop(name, None)
+        for name in nodes.keys() - known:
+            bisect.insort(self._names, name)
+            known.add(name)
+        out = []
+        for name in self._names:
+            node = nodes[name]
+            last = held.get(name)
+            if last is None or last[0] is not node:
+                last = held[name] = (node, self._read(node))
+                self.reads += 1
+            out.append(last[1])
+        return out
 
 
 class DataplaneMoves:
@@ -126,6 +167,13 @@ class DataplaneMoves:
         # and whether the API server was found to serve them (asked until it does).
         self.may_write_network_attachments = network_attachments
         self.network_attachments_served = False
+        # Each node's facts and platform mark by its cached object: the caches
+        # replace a Node's object on each of its events, so an unchanged one is
+        # the same object.
+        self._node_facts: PerNode[NodeFacts] = PerNode(NodeFacts.from_node)
+        self._node_marks: PerNode[NodeMark | None] = PerNode(node_mark)
+        # Nodes whose facts were read, for tests that count the work.
+        self.node_facts_read = 0
 
     # -- facts ------------------------------------------------------------
     def _service_ip(self, namespace: str, name: str) -> str | None:
@@ -168,20 +216,30 @@ class DataplaneMoves:
             return NETWORK_ATTACHMENTS_SERVED
         return NETWORK_ATTACHMENTS_NOT_SERVED
 
+    def node_facts(self) -> tuple[NodeFacts, ...]:
+        """Every node's facts, in name order; only a node whose object changed is read again.
+
+        Raises ValueError naming the field when a Node is malformed (NodeFacts.from_node).
+        """
+        facts = self._node_facts.update(self.state.nodes)
+        self.node_facts_read = self._node_facts.reads
+        return tuple(facts)
+
     def facts(
         self,
         spec: AmbientMeshSpec,
         moving_from: Sequence[str] = (),
-        owner: Owner | None = None,
+        ours: Mapping[ObjectKey, Mapping[str, Any]] | None = None,
         choice: PlatformChoice | None = None,
         network_attachments: str = NETWORK_ATTACHMENTS_SERVED,
     ) -> ClusterFacts:
-        """Cluster facts for render, from the caches; `owner`'s agents tell a rollout's progress.
+        """Cluster facts for render, from the caches; `ours` (this mesh's objects, `ours()`)
+        tells a rollout's progress.
 
         `choice` is `platform_choice(spec)` when the caller has it already:
         detection reads every Node.
         """
-        nodes = tuple(NodeFacts.from_node(node) for _, node in sorted(self.state.nodes.items()))
+        nodes = self.node_facts()
         choice = choice or self.platform_choice(spec)
         return ClusterFacts(
             nodes=nodes,
@@ -194,7 +252,7 @@ class DataplaneMoves:
             dns_ip=self._service_ip(*CLUSTER_DNS),
             kube_version=self.kube_version,
             moving_from=tuple(moving_from),
-            agents=self.running_agents(spec.namespace, owner) if owner is not None else {},
+            agents=self.running_agents(spec.namespace, ours) if ours is not None else {},
             platform=choice.name,
             platform_warning=choice_warning(choice),
             network_attachments=network_attachments,
@@ -202,16 +260,21 @@ class DataplaneMoves:
 
     def platform_choice(self, spec: AmbientMeshSpec) -> PlatformChoice:
         """The platform the agents are rendered for: spec.platform, or what the Nodes say."""
-        return effective_platform(spec.platform, detect_platform(self.state.nodes.values()))
+        marks = [mark for mark in self._node_marks.update(self.state.nodes) if mark is not None]
+        return effective_platform(spec.platform, guess_platform(marks))
 
-    def running_agents(self, namespace: str, owner: Owner) -> dict[tuple[str, str], RunningAgent]:
+    @staticmethod
+    def running_agents(
+        namespace: str, ours: Mapping[ObjectKey, Mapping[str, Any]]
+    ) -> dict[tuple[str, str], RunningAgent]:
         """This mesh's agent DaemonSets in `namespace` by (platform, component), as they run.
 
-        Only the target namespace's: during a move the new agents have
-        nothing to hold back, and the old ones are pruned, not rolled.
+        `ours` is this mesh's objects (`ours()`, or its DaemonSets). Only the
+        target namespace's: during a move the new agents have nothing to hold
+        back, and the old ones are pruned, not rolled.
         """
         out: dict[tuple[str, str], RunningAgent] = {}
-        for key, live in self.ours(owner).items():
+        for key, live in ours.items():
             if key[:3] != ("apps/v1", "DaemonSet", namespace):
                 continue
             labels = live.get("metadata", {}).get("labels") or {}
@@ -231,14 +294,18 @@ class DataplaneMoves:
         return out
 
     def ours(self, owner: Owner) -> dict[ObjectKey, dict[str, Any]]:
-        """This mesh's data-plane objects: our labels select them, its UID decides."""
+        """This mesh's data-plane objects: our labels select them, its UID decides.
+
+        Reads every object the operator keeps: a pass takes it once and hands it on.
+        """
         return {
             key: obj
             for key, obj in self.state.owned_by(CONTROLLER).items()
             if conflict(obj, owner) is None
         }
 
-    def agent_namespaces(self, owner: Owner) -> set[str]:
+    @staticmethod
+    def agent_namespaces(ours: Mapping[ObjectKey, Mapping[str, Any]]) -> set[str]:
         """Namespaces holding objects of this mesh's data plane.
 
         This is how the operator knows where the agents run now, across
@@ -248,19 +315,21 @@ class DataplaneMoves:
         moved away from.
         """
         # Multus's attachment lives in its global namespace, wherever the agents are.
-        return {key[2] for key in self.ours(owner) if key[2] and key[1] != NETWORK_ATTACHMENT.kind}
+        return {key[2] for key in ours if key[2] and key[1] != NETWORK_ATTACHMENT.kind}
 
     async def namespace_refusal(
-        self, namespace: str, owner: Owner
+        self, namespace: str, ours: Mapping[ObjectKey, Mapping[str, Any]]
     ) -> tuple[MeshReason, str] | None:
         """(reason, message) when `namespace` cannot take the agents; None when it can.
+
+        `ours`: this mesh's objects (`ours()`), which tell where the agents run.
 
         Refusing changes nothing: not a write, not a prune, not the cluster-
         scoped binding. The namespace is looked up in the cache (namespaces
         are watched) and, when not there, with one GET: a namespace created a
         moment ago may not have reached the watch.
         """
-        where = sorted(self.agent_namespaces(owner))
+        where = sorted(self.agent_namespaces(ours))
         kept = f"the agents keep running in {', '.join(where)}" if where else "none was created"
         others = [name for name in where if name != namespace]
         back = f", or set spec.namespace back to {others[0]}" if len(others) == 1 else ""
@@ -294,7 +363,9 @@ class DataplaneMoves:
             )
         return None
 
-    def _taking_over(self, result: RenderResult, target: str, owner: Owner) -> list[str]:
+    def _taking_over(
+        self, result: RenderResult, target: str, ours: Mapping[ObjectKey, Mapping[str, Any]]
+    ) -> list[str]:
         """Why the agents in `target` cannot take over yet; empty when they can.
 
         Make-before-break where the agents can run twice on a node: ztunnel
@@ -306,7 +377,6 @@ class DataplaneMoves:
         controller) and then they start as the old ones leave, like their own
         rollout without surge.
         """
-        ours = self.ours(owner)
         rendered = {
             obj["metadata"]["name"]: obj for obj in result.objects if obj["kind"] == "DaemonSet"
         }

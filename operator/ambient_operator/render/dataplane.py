@@ -34,7 +34,7 @@ from ambient_operator.render.model import (
 from ambient_operator.render.platforms import RESOURCE_QUOTA_PODS, PlatformProfile, profile
 from ambient_operator.render.rollout import decide
 from ambient_operator.render.templating import render_object
-from ambient_operator.render.verdicts import assign
+from ambient_operator.render.verdicts import VerdictMemo, assign
 
 # (default maxUnavailable, default maxSurge) per component, as upstream ships them.
 ROLLOUT_DEFAULTS: dict[Component, tuple[int, int]] = {v.ZTUNNEL: (0, 1), v.ISTIO_CNI: (1, 0)}
@@ -839,6 +839,8 @@ class RenderMemo:
     def __init__(self) -> None:
         self._platforms: dict[str, tuple[_PlatformInputs, _PlatformObjects]] = {}
         self._shared: tuple[_SharedInputs, _SharedObjects] | None = None
+        # Each node's verdict (render/verdicts.py): a node event judges that node alone.
+        self.verdicts = VerdictMemo()
 
     def platforms(self, wanted: Sequence[_PlatformInputs]) -> list[_PlatformObjects]:
         """Each platform's objects: the last render's where its inputs are equal."""
@@ -878,7 +880,7 @@ def render_dataplane(
     not change; the result is the same with or without it.
     """
     memo = memo if memo is not None else RenderMemo()
-    assignment = assign(spec, facts.nodes)
+    assignment = assign(spec, facts.nodes, memo.verdicts)
     prof = profile(facts.platform)
     platforms = _platforms(spec, assignment.linux, dict(assignment.windows), prof)
 

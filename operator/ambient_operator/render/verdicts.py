@@ -130,30 +130,78 @@ def _by_spec(
     return None
 
 
-def assign(spec: AmbientMeshSpec, nodes: Sequence[NodeFacts]) -> Assignment:
-    """Judge every node (in name order) and group the accepted ones by platform."""
+class VerdictMemo:
+    """Each node's last verdict, by its facts, while the spec stays the same.
+
+    A verdict is a pure function of the spec and the node's facts: a pass
+    judges again only the nodes that changed (or all, after a spec change).
+    """
+
+    def __init__(self) -> None:
+        self._spec: AmbientMeshSpec | None = None
+        self._held: dict[str, tuple[NodeFacts, NodeVerdict]] = {}
+        # Nodes judged, for tests that count the work.
+        self.judged = 0
+
+    def verdicts(
+        self, spec: AmbientMeshSpec, nodes: Sequence[NodeFacts]
+    ) -> list[tuple[NodeFacts, NodeVerdict]]:
+        """Each node (in name order) with its verdict: the last one where its facts are equal."""
+        if self._spec is not spec and self._spec != spec:
+            self._spec, self._held = spec, {}
+        tolerations: dict[str, Sequence[Mapping[str, Any]]] | None = None
+        kept: dict[str, tuple[NodeFacts, NodeVerdict]] = {}
+        for node in sorted(nodes, key=lambda n: n.name):
+            held = self._held.get(node.name)
+            if held is None or (held[0] is not node and held[0] != node):
+                if tolerations is None:
+                    tolerations = _tolerations(spec)
+                held = (node, _verdict(spec, node, tolerations))
+                self.judged += 1
+            kept[node.name] = held
+        self._held = kept
+        return list(kept.values())
+
+
+def _tolerations(spec: AmbientMeshSpec) -> dict[str, Sequence[Mapping[str, Any]]]:
     # Tolerations are the same for every build, so check taints against any one.
-    tolerations = {
+    return {
         "linux": effective_tolerations(spec, PLATFORM_LINUX),
         "windows": effective_tolerations(spec, c.SUPPORTED_WINDOWS_BUILDS[0]),
     }
-    verdicts: list[NodeVerdict] = []
+
+
+def _verdict(
+    spec: AmbientMeshSpec,
+    node: NodeFacts,
+    tolerations: Mapping[str, Sequence[Mapping[str, Any]]],
+) -> NodeVerdict:
+    problem = _intrinsic(node) or _by_spec(node, spec, tolerations)
+    if problem is not None:
+        return _no(node, *problem)
+    platform = PLATFORM_LINUX if node.os == "linux" else node.build or ""
+    return NodeVerdict(node.name, node.os, node.build, True, platform=platform)
+
+
+def assign(
+    spec: AmbientMeshSpec, nodes: Sequence[NodeFacts], memo: VerdictMemo | None = None
+) -> Assignment:
+    """Judge every node (in name order) and group the accepted ones by platform.
+
+    `memo`, the last pass's, spares judging again the nodes that did not change.
+    """
+    judged = (memo if memo is not None else VerdictMemo()).verdicts(spec, nodes)
     linux: list[NodeFacts] = []
     windows: dict[str, list[NodeFacts]] = {}
-    for node in sorted(nodes, key=lambda n: n.name):
-        problem = _intrinsic(node) or _by_spec(node, spec, tolerations)
-        if problem is not None:
-            verdicts.append(_no(node, *problem))
+    for node, verdict in judged:
+        if not verdict.supported:
             continue
         if node.os == "linux":
-            platform = PLATFORM_LINUX
             linux.append(node)
         else:
-            platform = node.build or ""
-            windows.setdefault(platform, []).append(node)
-        verdicts.append(NodeVerdict(node.name, node.os, node.build, True, platform=platform))
+            windows.setdefault(verdict.platform or "", []).append(node)
     return Assignment(
-        verdicts=tuple(verdicts),
+        verdicts=tuple(verdict for _, verdict in judged),
         linux=tuple(linux),
         windows={b: tuple(ns) for b, ns in sorted(windows.items())},
     )

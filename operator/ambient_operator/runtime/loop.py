@@ -60,6 +60,9 @@ class ReconcileLoop:
     timing: Timing
     # One log line per pass when given: what the pass covered (counts of the caches).
     describe: Callable[[], str] | None = None
+    # Called when the resync, not a change, is what woke the loop: the caller's
+    # passes may otherwise look only at what changed.
+    resynced: Callable[[], None] | None = None
     pacer: Pacer = field(init=False)
 
     def __post_init__(self) -> None:
@@ -70,8 +73,11 @@ class ReconcileLoop:
         loop = asyncio.get_running_loop()
         while True:
             # A timeout here is the periodic resync.
-            with contextlib.suppress(TimeoutError):
+            try:
                 await asyncio.wait_for(self.source.trigger.wait(), timeout=self.timing.resync)
+            except TimeoutError:
+                if self.resynced is not None:
+                    self.resynced()
             woke = loop.time()
             if self.timing.space_out:
                 await self._space_out()

@@ -182,4 +182,5 @@ class MissTracker:
         live = {str(m.pod["metadata"].get("uid") or "") for m in found.values()}
         self._counted &= live  # forget pods that are gone
         if changed:
-            self.state.poke()  # the status shows the count on the next pass
+            # The status shows the count on the next pass, status-only or full.
+            self.state.poke(status=True)

@@ -125,7 +125,8 @@ class WaypointCache:
                 self.dirty.discard(key)
                 self.services_dirty = True
                 self._poke()
-                self.state.poke()  # namespaces naming it as their waypoint
+                # Namespaces naming it as their waypoint, and status.revisions.
+                self.state.gateway_changed(key)
             return
         old = self.gateways.get(key)
         if old is not None and resource_version(old) >= resource_version(body):
@@ -135,7 +136,7 @@ class WaypointCache:
         # namespace checks and status.revisions) reads Gateways' spec and labels.
         changed = old is None or desired_part(old) != desired_part(body)
         if changed:
-            self.state.poke()
+            self.state.gateway_changed(key)
         if old is None:
             self.services_dirty = True
             # Pods seen before their Gateway are judged now.

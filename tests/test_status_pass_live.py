@@ -1,0 +1,118 @@
+"""Pod churn on a live control plane: status.enrollment follows it through status-only
+passes (controllers/dataplane.py); tests/test_status_pass.py counts them exactly.
+
+The operator process counts its passes by kind
+(ambient_operator_dataplane_passes_total{kind=full|status}); the expected
+enrollment counts are literal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from ambient_devcluster import LocalCluster, install_istiod_objects
+from ambient_devcluster.harness import condition, get_mesh
+from conftest import BIN_DIR, unique_name, wait_for
+from operator_harness import RunningOperator
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE_MESH = ROOT / "operator/ambient_operator/samples/ambientmesh.yaml"
+PASSES = "ambient_operator_dataplane_passes_total"
+REDIRECTION = "ambient.istio.io/redirection"
+
+
+@pytest.fixture(scope="module")
+def operator(
+    cluster: LocalCluster,
+    k8s: client.ApiClient,
+    sample_nodes: list[str],
+    crds_installed: None,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[RunningOperator]:
+    """The operator, with the sample mesh Reconciled (the resync is left at its 300 s)."""
+    install_istiod_objects(k8s, BIN_DIR, "istio-system")
+    kubectl = [str(cluster.bin_dir / "kubectl"), "--kubeconfig", str(cluster.kubeconfig)]
+    done = subprocess.run(
+        [*kubectl, "apply", "--server-side", "-f", str(SAMPLE_MESH)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    op = RunningOperator(cluster, tmp_path_factory.mktemp("operator"))
+    with op.running():
+        wait_for(
+            lambda: condition(get_mesh(k8s), "Reconciled").get("status") == "True",
+            60,
+            "the sample mesh Reconciled",
+        )
+        yield op
+    assert "Traceback" not in op.log_text(), op.log_text()[-4000:]
+
+
+def _pod(name: str, redirection: str | None = None) -> dict[str, Any]:
+    annotations = {REDIRECTION: redirection} if redirection else {}
+    return {
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {"containers": [{"name": "app", "image": "docker.io/library/nginx:1"}]},
+    }
+
+
+def test_pod_churn_moves_status_enrollment_through_status_only_passes(
+    k8s: client.ApiClient, operator: RunningOperator
+) -> None:
+    core = client.CoreV1Api(k8s)
+    name = unique_name("churn")
+    base = get_mesh(k8s)["status"]["enrollment"]
+
+    def deltas() -> tuple[int, ...]:
+        now = get_mesh(k8s)["status"]["enrollment"]
+        return (
+            now["namespaces"] - base["namespaces"],
+            *(
+                int(now["linuxPods"][state]) - int(base["linuxPods"][state])
+                for state in ("enabled", "pending", "missing")
+            ),
+        )
+
+    core.create_namespace(
+        {"metadata": {"name": name, "labels": {"istio.io/dataplane-mode": "ambient"}}}
+    )
+    try:
+        # A namespace's label is a full pass's news.
+        wait_for(lambda: deltas() == (1, 0, 0, 0), 30, "the namespace counted")
+        wait_for(lambda: core.read_namespaced_service_account("default", name), 30, "SA")
+        status = operator.metric(PASSES, kind="status")
+
+        # Pods come, change and go (none is scheduled: no node runs a kubelet).
+        for i in range(4):
+            core.create_namespaced_pod(name, _pod(f"app-{i}"))
+        wait_for(lambda: deltas() == (1, 0, 0, 4), 30, "four pods missing redirection")
+        core.patch_namespaced_pod(
+            "app-0", name, {"metadata": {"annotations": {REDIRECTION: "enabled"}}}
+        )
+        core.patch_namespaced_pod(
+            "app-1", name, {"metadata": {"annotations": {REDIRECTION: "pending"}}}
+        )
+        wait_for(lambda: deltas() == (1, 1, 1, 2), 30, "one redirected, one pending")
+        core.delete_namespaced_pod("app-3", name, grace_period_seconds=0)
+        wait_for(lambda: deltas() == (1, 1, 1, 1), 30, "the deleted pod uncounted")
+        # Its examples, in name order.
+        examples = get_mesh(k8s)["status"]["enrollment"]["examplePendingPods"]
+        assert f"{name}/app-1" in examples and f"{name}/app-2" in examples
+
+        # Pods alone are answered by status-only passes. Not every pass here
+        # is one: istiod's Deployment changes its status on its own (its pods
+        # never run), which the agents' tag reads, and that is a full pass.
+        assert operator.metric(PASSES, kind="status") > status, operator.log_tail()
+    finally:
+        with contextlib.suppress(ApiException):
+            core.delete_namespace(name)
