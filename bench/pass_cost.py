@@ -25,17 +25,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-import yaml  # noqa: E402
-from memory_kube import MemoryKube  # noqa: E402
-from test_incremental_render import node  # noqa: E402
+import yaml
 
-from ambient_operator.app.options import OWNED_API_KINDS  # noqa: E402
-from ambient_operator.cluster.pods import PodFeed  # noqa: E402
-from ambient_operator.cluster.state import ClusterState  # noqa: E402
-from ambient_operator.cluster.watches import state_watches  # noqa: E402
-from ambient_operator.controllers.dataplane import DataplaneController  # noqa: E402
-from ambient_operator.controllers.namespaces import NamespaceChecker  # noqa: E402
-from ambient_operator.kube.informer import Change  # noqa: E402
+from ambient_operator.app.options import OWNED_API_KINDS
+from ambient_operator.cluster.pods import PodFeed
+from ambient_operator.cluster.state import ClusterState
+from ambient_operator.cluster.watches import state_watches
+from ambient_operator.controllers.dataplane import DataplaneController
+from ambient_operator.controllers.namespaces import NamespaceChecker
+from ambient_operator.kube.informer import Change
+from memory_kube import MemoryKube
+from test_incremental_render import node
 
 ROOT = Path(__file__).resolve().parents[1]
 MESH = ROOT / "operator/ambient_operator/samples/ambientmesh.yaml"

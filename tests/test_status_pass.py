@@ -262,6 +262,32 @@ def test_status_revisions_is_built_again_only_when_its_inputs_change(
     assert [r["namespaces"] for r in canary] == [["batch"]]
 
 
+def test_a_gateway_runs_a_status_only_pass_that_counts_it_in_status_revisions(
+    cluster: Cluster,
+    renders: list[tuple[str, str]],  # noqa: F811
+) -> None:
+    before = cluster.work()
+    gateway = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "Gateway",
+        "metadata": {"namespace": "shop", "name": "waypoint", "labels": {}},
+        "spec": {"gatewayClassName": "ambient-waypoint", "listeners": []},
+    }
+    # What the waypoint cache does with a new Gateway (controllers/waypoints/cache.py).
+    cluster.state.gateways[("shop", "waypoint")] = gateway
+    cluster.state.gateway_changed(("shop", "waypoint"))
+    assert not cluster.state.full_pass_due and cluster.state.urgent
+    cluster.reconcile()
+    assert cluster.work() == {**before, "status": before["status"] + 1}
+    assert renders == []
+    mesh = cluster.kube.get(cluster.rows["mesh"].kind, "default")
+    assert mesh is not None
+    assert {r["name"]: r["waypoints"] for r in mesh["status"]["revisions"]} == {
+        "canary": 0,
+        "default": 1,
+    }
+
+
 def test_the_resync_runs_a_full_pass(cluster: Cluster) -> None:
     cluster.state.resync()
     assert cluster.state.full_pass_due and cluster.state.changed_namespaces is None

@@ -161,10 +161,15 @@ class ClusterState:
             self.changed_namespaces.add(name)
 
     def gateway_changed(self, key: tuple[str, str]) -> None:
-        """A Gateway's spec or labels changed, or it went: checks and revisions read it."""
+        """A Gateway's spec or labels changed, or it went: checks and revisions read it.
+
+        Render reads no Gateway: the namespace checks and status.revisions,
+        which every pass runs, are all it changes, so a status-only pass
+        answers it, at once (urgent: the checks are news a user waits for).
+        """
         self.changed_gateways.add(key)
         self.revision_changes += 1
-        self.poke()
+        self.poke(status=True)
 
     def owned_by(self, controller: str) -> dict[ObjectKey, dict[str, Any]]:
         """The prune set of one controller."""
