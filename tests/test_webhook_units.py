@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import http.client
 import json
@@ -496,6 +497,47 @@ def test_misses_are_judged_by_the_same_decision() -> None:
     assert set(tracker.judge()) == {("ns", "p")}
     tracker.observe("DELETED", missed)
     assert tracker.judge() == {}
+
+
+class _Posted:
+    """An EventRecorder that keeps what was posted."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def post(self, obj: Any, kind_type: str, reason: str, message: str) -> bool:
+        self.names.append(obj["metadata"]["name"])
+        return True
+
+
+def test_misses_are_told_twenty_a_pass_and_counted_at_once() -> None:
+    state = ClusterState()
+    state.namespaces["ns"] = {"labels": ENROLLED}
+    ctx = _ctx()
+    counts: list[int] = []
+    posted = _Posted()
+    tracker = MissTracker(state, cast(Any, posted), lambda: ctx, counts.append)
+    for i in range(45):
+        pod = _pod(**_pinned(c.BUILD_WS2022))
+        pod["metadata"] |= {"name": f"p{i:02d}", "uid": f"u{i}"}
+        tracker.observe("ADDED", pod)
+
+    async def passes(n: int) -> None:
+        for _ in range(n):
+            state.trigger.clear()
+            state.urgent = False
+            await tracker.check()
+
+    asyncio.run(passes(1))
+    assert counts == [45] and len(posted.names) == 20
+    assert state.trigger.is_set() and state.urgent  # the count changed: news
+    asyncio.run(passes(1))
+    assert len(posted.names) == 40
+    assert state.trigger.is_set() and not state.urgent  # only Events left to post
+    asyncio.run(passes(2))
+    assert counts == [45, 45, 45, 45] and len(posted.names) == 45
+    assert sorted(posted.names) == [f"p{i:02d}" for i in range(45)]
+    assert not state.trigger.is_set()  # nothing left: no pass asked for
 
 
 @pytest.mark.parametrize(
