@@ -9,7 +9,9 @@ no DaemonSet or Deployment grows pods and what is measured is the
 operator, not the simulated cluster's controllers) is populated the way
 bench/scale.py does it (its node OS/build mix, every other namespace
 enrolled, one waypoint Gateway per enrolled namespace up to the size's
-count, bare pods bound to the kwok nodes, which kwok runs). kwok's nodes
+count, bare pods bound to the kwok nodes, which kwok runs; the Windows
+ones carry the annotation of the operator's webhook, as in a cluster where
+it admitted them). kwok's nodes
 send a status heartbeat every 2.5 to 7.5 minutes (5 on average), a
 kubelet's pace with leases; leases themselves are not sent, as neither
 istiod nor the operator watches them.
@@ -93,6 +95,8 @@ SIDES = ("operator", "istiod", "floor")
 ISTIOD_USER = "growth-istiod"
 FLOOR_USER = "growth-floor"
 MIB = 1024.0
+# How long after the churn phase an answer still counts.
+ANSWER_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -172,8 +176,15 @@ class FloorProcess:
             str(self.log),
             *self.collections,
         ]
+        from ambient_devcluster.process import die_with_parent_preexec
+
         self.started_at = time.monotonic()
-        self.proc = subprocess.Popen(argv, stderr=(self.log.with_suffix(".err")).open("wb"))
+        self.proc = subprocess.Popen(
+            argv,
+            stderr=(self.log.with_suffix(".err")).open("wb"),
+            # Gone with this process however it ends, like the cluster's components.
+            preexec_fn=die_with_parent_preexec(os.getpid()),  # noqa: PLW1509 - as the devcluster does
+        )
 
     @property
     def pid(self) -> int:
@@ -470,11 +481,14 @@ def churn(
     reactions: dict[str, dict[str, list[float]]] = {}
     floor_events = floor.events()
     missed: dict[str, int] = {}
+    # One deadline for every answer: what has not come 30 s after the phase is missed.
+    deadline = ended + ANSWER_S
     for kind, taken in samples.items():
         ours, floors = [], []
         for began, (exp, key, event_type) in taken:
             try:
-                ours.append(exp.wait(30, f"the operator's answer to {kind} {key}") - began)
+                left = max(0.0, deadline - time.monotonic())
+                ours.append(exp.wait(left, f"the operator's answer to {kind} {key}") - began)
             except TimeoutError:
                 missed[f"operator {kind}"] = missed.get(f"operator {kind}", 0) + 1
             seen = [
@@ -685,7 +699,7 @@ def measure_size(
         istiod.install()
         create_mesh(api, {})
         scale = Scale(size.nodes, size.namespaces, size.waypoints, size.pods)
-        populated = populate(api, scale, progress, controller_manager=False)
+        populated = populate(api, scale, progress, controller_manager=False, admitted=True)
         result["populate_s"] = populated["populate_s"]
         plans = render_dataplane(
             AmbientMeshSpec(), ClusterFacts.from_nodes(render_scale.inventory(size.nodes))

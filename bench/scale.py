@@ -48,6 +48,7 @@ from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.cluster.facts import ClusterFacts
 from ambient_operator.render import render_dataplane
 from ambient_operator.runtime.memory import REPORT_ENV
+from ambient_operator.webhook.decide import ANNOTATION as WAIT_ANNOTATION
 from benchlib import (
     AGENTS_NS,
     BenchOperator,
@@ -103,11 +104,14 @@ def populate(
     scale: Scale,
     progress: Callable[[str], None],
     controller_manager: bool = True,
+    admitted: bool = False,
 ) -> dict[str, Any]:
     """Create every object of the scenario; returns what render needs to know.
 
     Settled once kwok runs every pod and, with a `controller_manager`
-    running, once it has published every namespace's root CA.
+    running, once it has published every namespace's root CA. `admitted`
+    Windows pods carry the annotation of the operator's webhook; the others
+    are pods it missed, each told about with an Event.
     """
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     rng = random.Random(11)
@@ -184,6 +188,11 @@ def populate(
             "automountServiceAccountToken": False,
             "containers": [{"name": "app", "image": "example.com/app:1"}],
         }
+        if windows and admitted:
+            # As the operator's webhook leaves a pod it admitted (the value
+            # says no init container was wanted): steady state, not a
+            # cluster full of pods from before the operator.
+            annotations[WAIT_ANNOTATION] = "false"
         if windows:
             spec["nodeSelector"] = {c.LABEL_OS: "windows"}
             spec["tolerations"] = [{"key": "os", "operator": "Exists"}]
