@@ -101,6 +101,60 @@ def test_the_section_replaces_only_its_own_block() -> None:
     assert growth.block_of("# Performance\n") is None
 
 
+def test_the_memory_model_and_the_chart_defaults_follow_from_the_run() -> None:
+    def size(name: str, nodes: int, settled_mib: float, peak_mib: float) -> dict[str, Any]:
+        ours = {"rss_settled_kib": settled_mib * 1024, "rss_peak_kib": peak_mib * 1024}
+        out = _size(name, nodes, ours)
+        out["size"]["waypoints"] = nodes // 5
+        return out
+
+    # Only pods cost memory here, 1 MiB per 1,000 of them: S holds 1 MiB of
+    # objects, L 50 MiB, M 10 MiB.
+    per_pod = {"added": 1000, "bytes": 1048.576}
+    nothing = {"added": 10, "bytes": 0.0}
+    traced = {"pod": per_pod, "node": nothing, "namespace": nothing, "Gateway": nothing}
+    results = {
+        "sizes": {
+            "S": size("S", 100, 100.0, 120.0),
+            "M": size("M", 1000, 0.0, 0.0) | {"per_object": traced},
+            "L": size("L", 5000, 200.0, 300.0),
+        }
+    }
+    model = growth.sizing(results)
+    assert model is not None
+    # 100 MiB more resident for 49 MiB more objects; the rest is the base.
+    assert round(model.overhead, 4) == round(100 / 49, 4)
+    assert round(model.base_mib, 3) == round(100 - 100 / 49, 3)
+    assert round(model.settled_mib(results["sizes"]["M"]["size"]), 2) == 118.37
+    assert model.peak_ratio == 1.5
+    # Request: 118.37 MiB up to 16 MiB steps; limit: 200 x 1.5 x 1.25 = 375 up to 64 MiB steps.
+    assert growth.chart_resources(results) == {"request": "128Mi", "limit": "384Mi"}
+
+
+def test_the_races_table_reads_the_deployment_series() -> None:
+    def q(p50: float, p99: float) -> dict[str, float]:
+        return {"n": 20.0, "p50": p50, "p99": p99}
+
+    busy = {
+        "summaries": {
+            "ours busy deployment": q(0.030, 0.090),
+            "istiod busy deployment": q(0.040, 0.060),
+            "ours busy programmed": q(0.2, 0.3),
+            "istiod busy programmed": q(0.2, 0.3),
+        },
+        "ratios": {
+            "busy deployment": {"ours/istiod p50": 0.75, "ours/istiod p99": 1.5},
+            "busy programmed": {"ours/istiod p50": 1.0, "ours/istiod p99": 1.0},
+        },
+    }
+    lines = growth.race_lines({"races": {"busy": busy}})
+    assert (
+        lines[-1] == "| busy | busy | 20 | 30.0 ms / 40.0 ms | 90.0 ms / 60.0 ms | 0.75x / 1.50x |"
+    )
+    assert sum(line.startswith("| busy") for line in lines) == 1
+    assert growth.race_lines({}) == []
+
+
 def test_every_figure_gets_a_chart(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     written = growth.charts(RESULTS, tmp_path)

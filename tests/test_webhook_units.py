@@ -499,6 +499,30 @@ def test_misses_are_judged_by_the_same_decision() -> None:
     assert tracker.judge() == {}
 
 
+def test_pods_bound_to_known_linux_nodes_are_no_suspects() -> None:
+    state = ClusterState()
+    state.namespaces["ns"] = {"labels": ENROLLED}
+    sample = {n["metadata"]["name"]: n for n in yaml.safe_load(SAMPLE_NODES.read_text())["items"]}
+    state.nodes["linux-amd64-1"] = sample["linux-amd64-1"]
+    state.nodes["win2022-1"] = sample["win2022-1"]
+    ctx = _ctx()
+    tracker = MissTracker(state, cast(Any, None), lambda: ctx, lambda _n: None)
+    for name, node in (
+        ("on-linux", "linux-amd64-1"),
+        ("on-win", "win2022-1"),
+        ("early", "linux-amd64-2"),
+    ):
+        pod = _pod(nodeName=node, tolerations=TOLERATE)
+        pod["metadata"]["name"] = name
+        tracker.observe("ADDED", pod)
+    # linux-amd64-2 is not known yet: its pod is kept until it is.
+    assert set(tracker.suspects) == {("ns", "on-win"), ("ns", "early")}
+    assert set(tracker.judge()) == {("ns", "on-win")}
+    state.nodes["linux-amd64-2"] = sample["linux-amd64-2"]
+    assert set(tracker.judge()) == {("ns", "on-win")}
+    assert set(tracker.suspects) == {("ns", "on-win")}
+
+
 class _Posted:
     """An EventRecorder that keeps what was posted."""
 

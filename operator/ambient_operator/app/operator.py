@@ -40,7 +40,6 @@ from ambient_operator.kube.resources import Kind
 from ambient_operator.runtime.leader import LeaderElector
 from ambient_operator.runtime.loop import ReconcileLoop, Timing
 from ambient_operator.status.events import EventRecorder
-from ambient_operator.webhook.misses import MissTracker
 
 log = logging.getLogger(__name__)
 SWITCH_INTERVAL_SECONDS = 0.0005
@@ -135,7 +134,8 @@ class Operator:
         """Who keeps something of each pod besides the enrollment counts."""
         consumers = [PodConsumer(placement_of, self.waypoints.place_pod)]
         if self.webhook.misses is not None:
-            consumers.append(PodConsumer(MissTracker.suspect_of, self.webhook.misses.remember))
+            misses = self.webhook.misses
+            consumers.append(PodConsumer(misses.suspect_of, misses.remember))
         return consumers
 
     # -- start-up and clean-up (the watches are app/watches.py's) -------------

@@ -38,7 +38,7 @@ from ambient_operator.render.waypoints.listeners import is_waypoint
 from ambient_operator.status import precheck as p
 from ambient_operator.webhook import decide as d
 from ambient_operator.webhook.config import CONFIG_NAME
-from ambient_operator.webhook.misses import MissTracker
+from ambient_operator.webhook.misses import suspect_of
 from ambient_operator.webhook.review import RUNTIME_CLASS
 
 EXIT_OK, EXIT_BLOCKED, EXIT_UNREACHABLE = 0, 1, 3
@@ -142,7 +142,7 @@ def windows_misses(
     ctx = d.Context.build(body, nodes, runtime_classes)
     out = []
     for pod in pods:
-        suspect = MissTracker.suspect_of(pod)
+        suspect = suspect_of(pod)
         if suspect is None:
             continue
         meta = suspect["metadata"]

@@ -14,6 +14,7 @@ the pod's own containers back until istio-cni reports redirection.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -135,6 +136,23 @@ class Context:
     mesh_problem: str = "no AmbientMesh named default exists"
     # RuntimeClass name -> its `scheduling` (nodeSelector, tolerations).
     runtime_classes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @functools.cached_property
+    def by_name(self) -> Mapping[str, NodeFacts]:
+        """The nodes by name: a pod bound by nodeName is judged by one lookup.
+
+        The misses are judged pod by pod on every pass; scanning 5,000 nodes
+        for each of 50,000 bound pods kept a core busy for seconds a pass.
+        """
+        return {n.name: n for n in self.nodes}
+
+    def candidates(self, spec: Mapping[str, Any]) -> Sequence[NodeFacts]:
+        """The nodes a pod spec may be on before its other constraints: its node, when bound."""
+        node_name = spec.get("nodeName")
+        if not node_name:
+            return self.nodes
+        node = self.by_name.get(str(node_name))
+        return () if node is None else (node,)
 
     @classmethod
     def build(
@@ -284,6 +302,8 @@ def _required_values(spec: Mapping[str, Any], key: str) -> set[str] | None:
 
 def target_os(spec: Mapping[str, Any], nodes: Sequence[NodeFacts]) -> str | None:
     """'windows', 'linux', or None when nothing in the pod says.
+
+    `nodes` are those the pod may be on (Context.candidates), or every node.
 
     Explicit signals first (spec.os.name, then the kubernetes.io/os label
     required by nodeSelector or every affinity term, or a build pin, which only
@@ -477,13 +497,13 @@ def decide(
         )
 
     eff = effective_spec(spec, ctx.runtime_classes)
-    os_name = target_os(eff, ctx.nodes)
+    os_name = target_os(eff, ctx.candidates(eff))
     if os_name != "windows":
         return _skip(AdmissionReason.NOT_WINDOWS, "the pod does not target Windows nodes")
     served = ctx.mesh.served_builds
 
     node_name = eff.get("nodeName")
-    node = next((n for n in ctx.nodes if n.name == node_name), None) if node_name else None
+    node = ctx.by_name.get(str(node_name)) if node_name else None
     if node is not None:
         if node.build in served and node in ctx.mesh.capable_nodes:
             return ctx.mesh.inject(

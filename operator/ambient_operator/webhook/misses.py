@@ -17,6 +17,7 @@ from typing import Any
 
 from ambient_operator.api import metrics
 from ambient_operator.api.conditions import PodEvent
+from ambient_operator.cluster.facts import node_os
 from ambient_operator.cluster.state import SIDECAR_STATUS_ANNOTATION, ClusterState
 from ambient_operator.status.events import EventRecorder
 from ambient_operator.webhook import decide as d
@@ -68,6 +69,37 @@ def _trim(pod: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def off_windows(pod: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]]) -> bool:
+    """The pod is bound to a node known not to run Windows: it needs no workaround.
+
+    Most pods of a cluster are bound to Linux nodes; kept as suspects, each
+    cost memory and a decision on every pass (at 50,000 pods, most of a
+    pass). A node's OS does not change, so the answer holds for good.
+    """
+    node_name = (pod.get("spec") or {}).get("nodeName")
+    node = nodes.get(str(node_name)) if node_name else None
+    return node is not None and node_os(node) not in (None, "windows")
+
+
+def suspect_of(
+    pod: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, Any] | None:
+    """What to keep of a live pod the webhook may have missed; None when it cannot be.
+
+    Pure; `nodes` (by name) rule out pods bound to non-Windows nodes.
+    """
+    phase = (pod.get("status") or {}).get("phase")
+    if (
+        phase in ("Succeeded", "Failed")
+        or d.has_container(pod)
+        or d.has_annotation(pod)
+        or not d.may_target_windows(pod)
+        or (nodes is not None and off_windows(pod, nodes))
+    ):
+        return None
+    return _trim(pod)
+
+
 @dataclass(frozen=True)
 class Miss:
     """One pod admitted without the init container it needed."""
@@ -115,21 +147,9 @@ class MissTracker:
         self.missed: dict[PodKey, Miss] = {}
         self._counted: set[str] = set()
 
-    @staticmethod
-    def suspect_of(pod: Mapping[str, Any]) -> dict[str, Any] | None:
-        """What to keep of a live pod the webhook may have missed; None when it cannot be.
-
-        Pure, so the pod informer runs it on its own thread.
-        """
-        phase = (pod.get("status") or {}).get("phase")
-        if (
-            phase in ("Succeeded", "Failed")
-            or d.has_container(pod)
-            or d.has_annotation(pod)
-            or not d.may_target_windows(pod)
-        ):
-            return None
-        return _trim(pod)
+    def suspect_of(self, pod: Mapping[str, Any]) -> dict[str, Any] | None:
+        """`suspect_of` with the node cache (run on the pod informer's thread: a lookup)."""
+        return suspect_of(pod, self.state.nodes)
 
     def remember(self, key: PodKey, suspect: dict[str, Any] | None) -> None:
         """Record what `suspect_of` said of a pod (None also for a deleted one)."""
@@ -148,6 +168,10 @@ class MissTracker:
         """The current misses, by the webhook's decision on today's facts."""
         ctx = self.context()
         found: dict[PodKey, Miss] = {}
+        # Pods seen before their node: bound elsewhere than Windows, they go for good.
+        nodes = self.state.nodes
+        for key in [k for k, pod in self.suspects.items() if off_windows(pod, nodes)]:
+            del self.suspects[key]
         for key, pod in self.suspects.items():
             ns = self.state.namespaces.get(key[0])
             if ns is None:
