@@ -864,11 +864,10 @@ def _commit() -> str:
 
 
 def quantile(values: list[float], q: float) -> float | None:
-    """Nearest-rank quantile; None for an empty sample."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+    """benchlib's nearest-rank quantile; None for an empty sample."""
+    from benchlib import quantile as nearest_rank
+
+    return nearest_rank(values, q) if values else None
 
 
 @dataclass(frozen=True)
@@ -1137,7 +1136,8 @@ def section(results: Mapping[str, Any], chart_dir: str = CHART_DIR) -> str:
             )
             + ("; request errors: " + "; ".join(done["errors"]) if done.get("errors") else "")
         )
-    lines += ["", *memory_lines(results), "", "### Charts", ""]
+    lines += ["", *memory_lines(results), "", *sizing_lines(results), "", *race_lines(results)]
+    lines += ["", "### Charts", ""]
     for metric in METRICS:
         lines.append(f"![{metric.title}]({chart_dir}/growth-{metric.key}.png)")
     lines += ["", END]
@@ -1175,6 +1175,122 @@ def memory_lines(results: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+# What the operator keeps grows with these counts of a size.
+COUNTS = {"pod": "pods", "node": "nodes", "namespace": "namespaces", "Gateway": "waypoints"}
+# The chart's request covers a settled operator at this size, its limit the peak at this one,
+LIMIT_HEADROOM = 1.25  # with this much room above the peak measured.
+REQUEST_AT, LIMIT_AT = "M", "L"
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """Resident memory as a function of what the cluster holds, from one run.
+
+    settled(counts) = base + overhead x sum(bytes[kind] x count[kind]): the
+    bytes per object are tracemalloc's; base and overhead (resident bytes per
+    traced byte: the allocator's arenas, fragmentation) come from the settled
+    RSS at the smallest and largest sizes.
+    """
+
+    per_object: dict[str, float]
+    base_mib: float
+    overhead: float
+    peak_ratio: float
+
+    def traced_mib(self, size: Mapping[str, int]) -> float:
+        """Traced MiB of a size's objects."""
+        return sum(self.per_object[k] * size[COUNTS[k]] for k in KINDS) / MIB / MIB
+
+    def settled_mib(self, size: Mapping[str, int]) -> float:
+        """Estimated settled RSS for a cluster of these counts."""
+        return self.base_mib + self.overhead * self.traced_mib(size)
+
+
+def sizing(results: Mapping[str, Any]) -> Sizing | None:
+    """The memory model of a run (pure); None without S, L and a traced size."""
+    sizes = results.get("sizes") or {}
+    traced = [s["per_object"] for s in sizes.values() if s.get("per_object")]
+    if "S" not in sizes or "L" not in sizes or not traced:
+        return None
+    last = traced[-1]  # the largest traced size: the most objects added, the least noise
+    per_object = {k: max(0.0, float(last[k]["bytes"])) for k in KINDS if k in last}
+    if set(per_object) != set(KINDS):
+        return None
+    small, large = sizes["S"], sizes["L"]
+
+    def rss(size: Mapping[str, Any], name: str) -> float:
+        return float(size["sides"]["operator"][name]) / MIB
+
+    probe = Sizing(per_object, 0.0, 1.0, 1.0)
+    spread = probe.traced_mib(large["size"]) - probe.traced_mib(small["size"])
+    settled_s, settled_l = rss(small, "rss_settled_kib"), rss(large, "rss_settled_kib")
+    overhead = (settled_l - settled_s) / spread if spread > 0 else 1.0
+    base = settled_s - overhead * probe.traced_mib(small["size"])
+    return Sizing(per_object, base, overhead, rss(large, "rss_peak_kib") / settled_l)
+
+
+def _round_up(mib: float, step: int) -> int:
+    return int(-(-mib // step) * step)
+
+
+def chart_resources(results: Mapping[str, Any]) -> dict[str, str] | None:
+    """The chart's memory request and limit from a run (pure), or None."""
+    model = sizing(results)
+    sizes = results.get("sizes") or {}
+    if model is None or REQUEST_AT not in sizes or LIMIT_AT not in sizes:
+        return None
+    request = model.settled_mib(sizes[REQUEST_AT]["size"])
+    limit = model.peak_ratio * model.settled_mib(sizes[LIMIT_AT]["size"]) * LIMIT_HEADROOM
+    return {"request": f"{_round_up(request, 16)}Mi", "limit": f"{_round_up(limit, 64)}Mi"}
+
+
+def sizing_lines(results: Mapping[str, Any]) -> list[str]:
+    """How to size the operator's memory, with the arithmetic (pure)."""
+    model = sizing(results)
+    resources = chart_resources(results)
+    if model is None or resources is None:
+        return []
+    sizes = results["sizes"]
+    b = model.per_object
+    lines = [
+        "### Sizing the operator's memory",
+        "",
+        "From the bytes per object above (at the largest traced size) and the settled RSS at S "
+        "and L, the operator's settled resident memory is about",
+        "",
+        f"    {model.base_mib:.0f} MiB + {model.overhead:.2f} x ("
+        + " + ".join(f"{b[k]:,.0f} B x {COUNTS[k]}" for k in KINDS)
+        + ")",
+        "",
+        f"where {model.base_mib:.0f} MiB is the interpreter, its libraries and what does not "
+        f"grow with the cluster, and {model.overhead:.2f} is resident bytes per traced byte "
+        "(the allocator's arenas and fragmentation), both solved from S and L. Its peak, while "
+        f"it lists everything at start, was {model.peak_ratio:.2f}x its settled RSS at L.",
+        "",
+        "| size | estimated settled | measured settled | measured peak |",
+        "|---|---|---|---|",
+    ]
+    for name, size in sizes.items():
+        ours = size["sides"]["operator"]
+        lines.append(
+            f"| {name} | {model.settled_mib(size['size']):.0f} MiB | "
+            f"{ours['rss_settled_kib'] / MIB:.0f} MiB | {ours['rss_peak_kib'] / MIB:.0f} MiB |"
+        )
+    lines += [
+        "",
+        f"**The chart's defaults** (`resources` in charts/ambient-operator/values.yaml) follow: "
+        f"the memory request is the estimate for {REQUEST_AT} "
+        f"({model.settled_mib(sizes[REQUEST_AT]['size']):.0f} MiB, rounded up to 16 MiB: "
+        f"{resources['request']}); the limit is the estimate for {LIMIT_AT} times its measured "
+        f"peak-to-settled ratio times {LIMIT_HEADROOM} "
+        f"({model.settled_mib(sizes[LIMIT_AT]['size']):.0f} x {model.peak_ratio:.2f} x "
+        f"{LIMIT_HEADROOM}, rounded up to 64 MiB: {resources['limit']}). A larger cluster sets "
+        "both from the formula; tests/test_growth_bench.py checks the chart against "
+        f"{CHART_DIR}/results.json.",
+    ]
+    return lines
+
+
 def block_of(document: str) -> str | None:
     """The growth section of `document`, markers included; None when it has none (pure)."""
     if BEGIN not in document or END not in document:
@@ -1200,14 +1316,67 @@ def write(results: Mapping[str, Any], out: Path, doc: Path | None) -> list[Path]
     if doc is not None:
         target = doc.parent / CHART_DIR
         target.mkdir(parents=True, exist_ok=True)
-        for chart in written[1:]:
-            shutil.copy(chart, target / chart.name)
-            written.append(target / chart.name)
+        # The results too: the chart's defaults are checked against them.
+        for made in written[:]:
+            shutil.copy(made, target / made.name)
+            written.append(target / made.name)
         doc.write_text(
             splice(doc.read_text() if doc.exists() else "# Performance\n", section(results))
         )
         written.append(doc)
     return written
+
+
+RACE_TRIALS = {"idle": 20, "busy": 40}
+
+
+def races(progress: Callable[[str], None]) -> dict[str, Any]:
+    """bench/istiod_race.py both ways: isolated trials, then back to back (--busy)."""
+    import istiod_race
+
+    return {
+        mode: istiod_race.measure(trials, progress, busy=mode == "busy")
+        for mode, trials in RACE_TRIALS.items()
+    }
+
+
+def race_lines(results: Mapping[str, Any]) -> list[str]:
+    """Ours against istiod's waypoint controller, idle and busy (pure)."""
+    measured = results.get("races") or {}
+    if not measured:
+        return []
+    lines = [
+        "### Waypoints against istiod, idle and busy",
+        "",
+        "bench/istiod_race.py on a cluster of its own (its docstring says how), run by "
+        "`bench/growth.py --races`: Gateway created → its Deployment, per side; **idle** "
+        "trials each start after 2.1 s without a pass on either side, **busy** ones run back "
+        "to back, each Gateway 0.5 s after its namespace while the previous trial's namespaces "
+        "are deleted.",
+        "",
+        "| race | series | n | ours p50 / istiod's p50 | ours p99 / istiod's p99 | ours ÷ istiod's "
+        "p50 / p99 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for mode, race in measured.items():
+        summaries = race.get("summaries") or {}
+        for name, row in (race.get("ratios") or {}).items():
+            if not name.endswith(" deployment"):
+                continue  # Programmed means different things on the two sides
+            ours = summaries.get(f"ours {name}") or {}
+            theirs = summaries.get(f"istiod {name}") or {}
+            if not ours or not theirs:
+                continue
+            p50, p99 = row.get("ours/istiod p50"), row.get("ours/istiod p99")
+            lines.append(
+                f"| {mode} | {name.removesuffix(' deployment')} | {int(ours['n'])} | "
+                f"{ours['p50'] * 1000:.1f} ms / "
+                f"{theirs['p50'] * 1000:.1f} ms | {ours['p99'] * 1000:.1f} ms / "
+                f"{theirs['p99'] * 1000:.1f} ms | "
+                + (f"{p50:.2f}x / {p99:.2f}x" if p50 is not None and p99 is not None else "—")
+                + " |"
+            )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1217,8 +1386,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--doc", type=Path, default=DOC, help="'-' for none")
     parser.add_argument("--from-results", type=Path, help="rewrite from a results.json")
+    parser.add_argument(
+        "--races",
+        action="store_true",
+        help="also race istiod's waypoint controller, idle and busy (about 6 more minutes)",
+    )
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT / "bench"))
+
+    def progress(message: str) -> None:
+        print(f"{datetime.now(UTC):%H:%M:%S} {message}", file=sys.stderr, flush=True)
+
     if args.from_results:
         results = json.loads(args.from_results.read_text())
     else:
@@ -1227,10 +1405,9 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"unknown sizes {unknown}; known: {', '.join(SIZES)}")
 
-        def progress(message: str) -> None:
-            print(f"{datetime.now(UTC):%H:%M:%S} {message}", file=sys.stderr, flush=True)
-
         results = measure([SIZES[s] for s in wanted], Phases(), progress)
+    if args.races:
+        results = {**results, "races": races(progress)}
     doc = None if str(args.doc) == "-" else args.doc
     for path in write(results, args.out, doc):
         print(f"wrote {path}", file=sys.stderr)
