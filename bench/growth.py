@@ -983,6 +983,19 @@ def targets(results: Mapping[str, Any]) -> list[Target]:
                 None if small is None or large is None else large <= 2 * small,
             )
         )
+    for mode, race in (results.get("races") or {}).items():
+        for name, row in (race.get("ratios") or {}).items():
+            if not name.endswith(" deployment"):
+                continue
+            p50, p99 = row.get("ours/istiod p50"), row.get("ours/istiod p99")
+            out.append(
+                Target(
+                    f"{mode} race, {name.removesuffix(' deployment')} namespace: ours ≤ istiod's "
+                    "at p50 and p99",
+                    "—" if p50 is None or p99 is None else f"{p50:.2f}x / {p99:.2f}x",
+                    None if p50 is None or p99 is None else p50 <= 1 and p99 <= 1,
+                )
+            )
     largest = sizes[-1] if sizes else None
     if largest is not None:
         idle = value(results, largest, "operator", by["idle_cpu"])
@@ -1172,6 +1185,13 @@ def memory_lines(results: Mapping[str, Any]) -> list[str]:
             )
             + " |"
         )
+    if any(t[k]["bytes"] < 0 for t in traced.values() for k in KINDS if k in t):
+        lines += [
+            "",
+            "A negative figure is a tenth too small to stand out of the traced heap's own "
+            "movement between two readings (caches replaced, buffers freed) at that size: the "
+            "sizing below uses the largest traced size's figures.",
+        ]
     return lines
 
 

@@ -147,12 +147,30 @@ def test_the_races_table_reads_the_deployment_series() -> None:
             "busy programmed": {"ours/istiod p50": 1.0, "ours/istiod p99": 1.0},
         },
     }
+    judged = [(t.name, t.value, t.met) for t in growth.targets({"races": {"busy": busy}})]
+    assert judged == [
+        ("busy race, busy namespace: ours ≤ istiod's at p50 and p99", "0.75x / 1.50x", False)
+    ]
     lines = growth.race_lines({"races": {"busy": busy}})
     assert (
         lines[-1] == "| busy | busy | 20 | 30.0 ms / 40.0 ms | 90.0 ms / 60.0 ms | 0.75x / 1.50x |"
     )
     assert sum(line.startswith("| busy") for line in lines) == 1
     assert growth.race_lines({}) == []
+
+
+def test_the_charts_memory_defaults_are_the_measured_ones() -> None:
+    import json
+
+    import yaml
+
+    root = BENCH.parent
+    measured = json.loads((root / "docs" / "growth" / "results.json").read_text())
+    values = yaml.safe_load((root / "charts" / "ambient-operator" / "values.yaml").read_text())
+    assert growth.chart_resources(measured) == {
+        "request": values["resources"]["requests"]["memory"],
+        "limit": values["resources"]["limits"]["memory"],
+    }
 
 
 def test_every_figure_gets_a_chart(tmp_path: Path) -> None:
