@@ -521,6 +521,10 @@ def test_pods_bound_to_known_linux_nodes_are_no_suspects() -> None:
     state.nodes["linux-amd64-2"] = sample["linux-amd64-2"]
     assert set(tracker.judge()) == {("ns", "on-win")}
     assert set(tracker.suspects) == {("ns", "on-win")}
+    # Without suspects no context is built at all.
+    asked: list[int] = []
+    idle = MissTracker(state, cast(Any, None), lambda: asked.append(1) or ctx, lambda _n: None)
+    assert idle.judge() == {} and asked == []
 
 
 class _Posted:

@@ -166,12 +166,17 @@ class MissTracker:
 
     def judge(self) -> dict[PodKey, Miss]:
         """The current misses, by the webhook's decision on today's facts."""
-        ctx = self.context()
         found: dict[PodKey, Miss] = {}
         # Pods seen before their node: bound elsewhere than Windows, they go for good.
         nodes = self.state.nodes
         for key in [k for k, pod in self.suspects.items() if off_windows(pod, nodes)]:
             del self.suspects[key]
+        if not self.suspects:
+            # No context to build: at 5,000 nodes building it (every node
+            # judged for the mesh) was most of a pass's CPU under pod churn
+            # (py-spy, bench/growth.py at L), and heartbeats make it new each time.
+            return found
+        ctx = self.context()
         for key, pod in self.suspects.items():
             ns = self.state.namespaces.get(key[0])
             if ns is None:
