@@ -398,19 +398,25 @@ def churn(
     node_lock = threading.Lock()
     nodes_now = [base_nodes]
     requests = {"pod create": 0, "pod delete": 0, "node add": 0, "node remove": 0, "label": 0}
+    counting = threading.Lock()
+
+    def made(what: str) -> None:
+        # From the pool's threads: `+=` on a dict entry is no single step.
+        with counting:
+            requests[what] += 1
 
     def pods(k: int) -> None:
         ns = enrolled[k % len(enrolled)]
         core.create_namespaced_pod(
             ns, app_pod(f"churn-{k:06d}", linux_node), _preload_content=False
         )
-        requests["pod create"] += 1
+        made("pod create")
         if k >= phases.pods_per_s:  # a second's worth live: delete the oldest
             old = k - int(phases.pods_per_s)
             core.delete_namespaced_pod(
                 f"churn-{old:06d}", enrolled[old % len(enrolled)], _preload_content=False
             )
-            requests["pod delete"] += 1
+            made("pod delete")
 
     def expect_total(total: int) -> Any:
         return meshes.expect(
@@ -424,7 +430,7 @@ def churn(
             exp = expect_total(nodes_now[0])
             began = time.monotonic()
             core.create_node(churn_node(name), _preload_content=False)
-        requests["node add"] += 1
+        made("node add")
         samples["node"].append((began, (exp, f"/{name}", "ADDED")))
         time.sleep(phases.node_every_s / 2)  # the node lives half a period
         with node_lock:
@@ -432,7 +438,7 @@ def churn(
             exp = expect_total(nodes_now[0])
             began = time.monotonic()
             core.delete_node(name, _preload_content=False)
-        requests["node remove"] += 1
+        made("node remove")
         samples["node"].append((began, (exp, f"/{name}", "DELETED")))
 
     def flips(k: int) -> None:
@@ -443,7 +449,7 @@ def churn(
         core.patch_namespace(
             ns, {"metadata": {"labels": {c.LABEL_DATAPLANE_MODE: value}}}, _preload_content=False
         )
-        requests["label"] += 1
+        made("label")
         samples["namespace"].append((began, (exp, f"/{ns}", "MODIFIED")))
         time.sleep(phases.flip_hold_s)
         core.patch_namespace(
@@ -451,7 +457,7 @@ def churn(
             {"metadata": {"labels": {c.LABEL_DATAPLANE_MODE: "ambient"}}},
             _preload_content=False,
         )
-        requests["label"] += 1
+        made("label")
 
     started = time.monotonic()
     stop = started + phases.churn_s
