@@ -78,7 +78,7 @@ demo: venv bins
 bench: venv bins
 	$(PY) bench/run_all.py
 
-# How cost grows with the cluster (S, M, L beside istiod and a floor; about 30 minutes
+# How cost grows with the cluster (S, M, L beside istiod and a floor; about 25 minutes
 # on 2 cores): charts in bench/out/growth/ and docs/growth/, a section of docs/performance.md.
 bench-growth: venv bins
 	$(PY) bench/growth.py

@@ -10,8 +10,8 @@ operator, not the simulated cluster's controllers) is populated the way
 bench/scale.py does it (its node OS/build mix, every other namespace
 enrolled, one waypoint Gateway per enrolled namespace up to the size's
 count, bare pods bound to the kwok nodes, which kwok runs; the Windows
-ones carry the annotation of the operator's webhook, as in a cluster where
-it admitted them). kwok's nodes
+ones carry the webhook's annotation, opted out, so none is a pod the
+webhook missed: steady state, not pods from before the operator). kwok's nodes
 send a status heartbeat every 2.5 to 7.5 minutes (5 on average), a
 kubelet's pace with leases; leases themselves are not sent, as neither
 istiod nor the operator watches them.

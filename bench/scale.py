@@ -110,8 +110,8 @@ def populate(
 
     Settled once kwok runs every pod and, with a `controller_manager`
     running, once it has published every namespace's root CA. `admitted`
-    Windows pods carry the annotation of the operator's webhook; the others
-    are pods it missed, each told about with an Event.
+    Windows pods carry the webhook's annotation (opted out); without it each
+    is a pod the webhook missed, told about with an Event.
     """
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     rng = random.Random(11)
@@ -189,9 +189,9 @@ def populate(
             "containers": [{"name": "app", "image": "example.com/app:1"}],
         }
         if windows and admitted:
-            # As the operator's webhook leaves a pod it admitted (the value
-            # says no init container was wanted): steady state, not a
-            # cluster full of pods from before the operator.
+            # Opted out of the workaround (the webhook's annotation, value
+            # false), so no pod is one the webhook missed: steady state, not
+            # a cluster full of Windows pods from before the operator.
             annotations[WAIT_ANNOTATION] = "false"
         if windows:
             spec["nodeSelector"] = {c.LABEL_OS: "windows"}
