@@ -1,6 +1,7 @@
 """How the operator's cost grows with the cluster, beside istiod and a floor, in one run.
 
     .venv/bin/python bench/growth.py [--sizes S,M,L] [--doc docs/performance.md] [--out DIR]
+                                     [--races] [--from-results FILE]
     make bench-growth
 
 For each size, a private local control plane (etcd, kube-apiserver and
@@ -11,8 +12,8 @@ bench/scale.py does it (its node OS/build mix, every other namespace
 enrolled, one waypoint Gateway per enrolled namespace up to the size's
 count, bare pods bound to the kwok nodes, which kwok runs; the Windows
 ones carry the webhook's annotation, opted out, so none is a pod the
-webhook missed: steady state, not pods from before the operator). kwok's nodes
-send a status heartbeat every 2.5 to 7.5 minutes (5 on average), a
+webhook missed: steady state, not pods from before the operator). kwok's
+nodes send a status heartbeat every 2.5 to 7.5 minutes (5 on average), a
 kubelet's pace with leases; leases themselves are not sent, as neither
 istiod nor the operator watches them.
 
@@ -60,8 +61,11 @@ object of that kind.
 Writes results.json and one PNG chart per figure against cluster size into
 `--out`, and the section "Growth with the cluster" of `--doc` (replacing
 only that section, between its markers; bench/run_all.py keeps it when it
-rewrites the rest). Charts named by the document are copied next to it
-into docs/growth/.
+rewrites the rest). Charts named by the document, and results.json (the
+chart's default memory is checked against it), are copied next to it
+into docs/growth/. `--races` adds bench/istiod_race.py's idle and busy
+races to the section; `--from-results` rewrites everything from a
+results.json without measuring (with `--races`, measuring the races only).
 """
 
 from __future__ import annotations
