@@ -200,6 +200,14 @@ def proc_status_kib(pid: int, field: str) -> int:
     return 0
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, in seconds (0 once it is gone)."""
+    with contextlib.suppress(OSError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
 class BenchOperator(OperatorProcess):
     """The operator at log level warning, with its peak memory and a wait for quiet."""
 

@@ -82,7 +82,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -143,20 +143,6 @@ class Phases:
 
 
 # -- processes -----------------------------------------------------------------------------
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, in seconds (0 once it is gone)."""
-    with contextlib.suppress(OSError):
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return 0.0
-
-
-def _kib(pid: int, field_name: str) -> int:
-    from benchlib import proc_status_kib
-
-    return proc_status_kib(pid, field_name)
 
 
 class FloorProcess:
@@ -238,9 +224,16 @@ def enrolled_pods(size: Size, extra: int = 0) -> int:
     return sum(1 for j in range(size.pods) if (j % size.namespaces) % 2 == 0) + extra
 
 
+def enrolled_names(size: Size) -> list[str]:
+    """The enrolled namespaces' names: every other one, from the first (bench/scale.py)."""
+    from scale import _namespace_name
+
+    return [_namespace_name(i) for i in range(0, size.namespaces, 2)]
+
+
 def enrolled_namespaces(size: Size) -> int:
-    """Every other namespace, from the first, asks for ambient."""
-    return (size.namespaces + 1) // 2
+    """How many namespaces ask for ambient."""
+    return len(enrolled_names(size))
 
 
 @dataclass
@@ -382,7 +375,7 @@ def churn(
     from scale import _namespace_name
 
     core = client.CoreV1Api(api)
-    enrolled = [_namespace_name(i) for i in range(0, size.namespaces, 2)]
+    enrolled = enrolled_names(size)
     # Namespaces whose labels flip: enrolled ones without a waypoint, so a flip
     # changes what is enrolled, not where traffic goes.
     with_waypoint = {
@@ -563,8 +556,8 @@ def per_object(
     from ambient_devcluster.harness import wait_for
     from ambient_operator.api import constants as c
     from ambient_operator.runtime.memory import REPORT_ENV, TOP_ENV
-    from benchlib import BenchOperator
-    from scale import GW_GROUP, GW_VERSION, _namespace_name, _parallel
+    from benchlib import BenchOperator, proc_status_kib
+    from scale import GW_GROUP, GW_VERSION, _parallel, waypoint_gateway
 
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     reports = workdir / "memory.jsonl"
@@ -582,7 +575,7 @@ def per_object(
         )
         out["converge_s"] = time.monotonic() - began
         op.wait_quiet(quiet=3.0, timeout=300)
-        enrolled = [_namespace_name(i) for i in range(0, size.namespaces, 2)]
+        enrolled = enrolled_names(size)
 
         def add_pods(n: int) -> None:
             _parallel(
@@ -622,15 +615,7 @@ def per_object(
 
         def add_gateways(n: int) -> None:
             # Into the namespaces just added, which have no waypoint yet.
-            body = {
-                "apiVersion": f"{GW_GROUP}/{GW_VERSION}",
-                "kind": "Gateway",
-                "metadata": {"name": "waypoint"},
-                "spec": {
-                    "gatewayClassName": "ambient-waypoint",
-                    "listeners": [{"name": "mesh", "port": c.PORT_HBONE, "protocol": "HBONE"}],
-                },
-            }
+            body = waypoint_gateway()
             _parallel(
                 (
                     lambda k=k: custom.create_namespaced_custom_object(
@@ -661,7 +646,7 @@ def per_object(
             }
         out["traced_bytes"] = traced_report(op, reports)
         assert op.proc is not None
-        out["rss_kib"] = _kib(op.proc.pid, "VmRSS")
+        out["rss_kib"] = proc_status_kib(op.proc.pid, "VmRSS")
     finally:
         op.stop()
     return out
@@ -687,7 +672,7 @@ def measure_size(
     from ambient_operator.api.v1alpha1 import AmbientMeshSpec
     from ambient_operator.cluster.facts import ClusterFacts
     from ambient_operator.render import render_dataplane
-    from benchlib import GATEWAY_API, BenchOperator, by_verb
+    from benchlib import GATEWAY_API, BenchOperator, by_verb, cpu_seconds, proc_status_kib
     from floor_client import collection
     from scale import Scale, _client, populate
 
@@ -772,7 +757,7 @@ def measure_size(
         pids = {"operator": op.proc.pid, "istiod": istiod_pid, "floor": floor.pid}
         try:
             for side, pid in pids.items():
-                sides[side]["rss_peak_kib"] = _kib(pid, "VmHWM")
+                sides[side]["rss_peak_kib"] = proc_status_kib(pid, "VmHWM")
             # 4. churn, all three running
             cpu = {side: cpu_seconds(pid) for side, pid in pids.items()}
             marks = audit.mark()
@@ -805,8 +790,10 @@ def measure_size(
             idle = time.monotonic() - idle_began
             for side, pid in pids.items():
                 sides[side]["idle_cpu_pct"] = 100 * (cpu_seconds(pid) - cpu[side]) / idle
-                sides[side]["rss_settled_kib"] = _kib(pid, "VmRSS")
-                sides[side]["rss_peak_kib"] = max(sides[side]["rss_peak_kib"], _kib(pid, "VmHWM"))
+                sides[side]["rss_settled_kib"] = proc_status_kib(pid, "VmRSS")
+                sides[side]["rss_peak_kib"] = max(
+                    sides[side]["rss_peak_kib"], proc_status_kib(pid, "VmHWM")
+                )
             result["idle_s"] = idle
             result["survived"] = {
                 "operator": op.alive(),
@@ -958,57 +945,74 @@ class Target:
     met: bool | None
 
 
+def _within(name: str, ours: float | None, other: float | None, unit: str, factor: float) -> Target:
+    """Target `name`: `ours` at most `factor` times `other`, both shown in `unit`."""
+    return Target(
+        name,
+        f"{_fmt(ours, unit)} vs {_fmt(other, unit)} ({_ratio(ours, other)})",
+        None if ours is None or other is None else ours <= factor * other,
+    )
+
+
+def deployment_rows(race: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, float]]]:
+    """(series, ours/istiod ratios) of a race's Deployment milestone, the one both sides
+    mean alike (Programmed means different things on the two sides)."""
+    for name, row in (race.get("ratios") or {}).items():
+        if name.endswith(" deployment"):
+            yield name.removesuffix(" deployment"), row
+
+
 def targets(results: Mapping[str, Any]) -> list[Target]:
     """The targets of issue 33 against the run (pure)."""
     by = {m.key: m for m in METRICS}
     sizes = list(results.get("sizes") or {})
-    out = []
-    for size in sizes:
-        ours = value(results, size, "operator", by["rss_peak"])
-        theirs = value(results, size, "istiod", by["rss_peak"])
-        out.append(
-            Target(
-                f"{size}: operator peak RSS ≤ ½ istiod's",
-                f"{_fmt(ours, 'MiB')} vs {_fmt(theirs, 'MiB')} ({_ratio(ours, theirs)})",
-                None if ours is None or theirs is None else ours <= theirs / 2,
-            )
+
+    def of(size: str, side: str, key: str) -> float | None:
+        return value(results, size, side, by[key])
+
+    out = [
+        _within(
+            f"{size}: operator peak RSS ≤ ½ istiod's",
+            of(size, "operator", "rss_peak"),
+            of(size, "istiod", "rss_peak"),
+            "MiB",
+            0.5,
         )
-    for size in sizes:
-        ours = value(results, size, "operator", by["churn_cpu"])
-        theirs = value(results, size, "istiod", by["churn_cpu"])
-        out.append(
-            Target(
-                f"{size}: operator CPU per churn request ≤ istiod's",
-                f"{_fmt(ours, 'ms')} vs {_fmt(theirs, 'ms')} ({_ratio(ours, theirs)})",
-                None if ours is None or theirs is None else ours <= theirs,
-            )
+        for size in sizes
+    ]
+    out += [
+        _within(
+            f"{size}: operator CPU per churn request ≤ istiod's",
+            of(size, "operator", "churn_cpu"),
+            of(size, "istiod", "churn_cpu"),
+            "ms",
+            1.0,
         )
+        for size in sizes
+    ]
     if "S" in sizes and "L" in sizes:
-        small = value(results, "S", "operator", by["churn_cpu"])
-        large = value(results, "L", "operator", by["churn_cpu"])
         out.append(
-            Target(
+            _within(
                 "operator CPU per churn request, L within 2x of S",
-                f"{_fmt(large, 'ms')} vs {_fmt(small, 'ms')} ({_ratio(large, small)})",
-                None if small is None or large is None else large <= 2 * small,
+                of("L", "operator", "churn_cpu"),
+                of("S", "operator", "churn_cpu"),
+                "ms",
+                2.0,
             )
         )
     for mode, race in (results.get("races") or {}).items():
-        for name, row in (race.get("ratios") or {}).items():
-            if not name.endswith(" deployment"):
-                continue
+        for series, row in deployment_rows(race):
             p50, p99 = row.get("ours/istiod p50"), row.get("ours/istiod p99")
             out.append(
                 Target(
-                    f"{mode} race, {name.removesuffix(' deployment')} namespace: ours ≤ istiod's "
-                    "at p50 and p99",
+                    f"{mode} race, {series} namespace: ours ≤ istiod's at p50 and p99",
                     "—" if p50 is None or p99 is None else f"{p50:.2f}x / {p99:.2f}x",
                     None if p50 is None or p99 is None else p50 <= 1 and p99 <= 1,
                 )
             )
-    largest = sizes[-1] if sizes else None
-    if largest is not None:
-        idle = value(results, largest, "operator", by["idle_cpu"])
+    if sizes:
+        largest = sizes[-1]
+        idle = of(largest, "operator", "idle_cpu")
         out.append(
             Target(
                 f"{largest}: operator idle CPU < 1 % of a core",
@@ -1016,13 +1020,13 @@ def targets(results: Mapping[str, Any]) -> list[Target]:
                 None if idle is None else idle < 1.0,
             )
         )
-        ours = value(results, largest, "operator", by["converge"])
-        floor = value(results, largest, "floor", by["converge"])
         out.append(
-            Target(
+            _within(
                 f"{largest}: operator convergence ≤ 2x the floor's list-and-watch",
-                f"{_fmt(ours, 's')} vs {_fmt(floor, 's')} ({_ratio(ours, floor)})",
-                None if ours is None or floor is None else ours <= 2 * floor,
+                of(largest, "operator", "converge"),
+                of(largest, "floor", "converge"),
+                "s",
+                2.0,
             )
         )
     return out
@@ -1390,16 +1394,14 @@ def race_lines(results: Mapping[str, Any]) -> list[str]:
     ]
     for mode, race in measured.items():
         summaries = race.get("summaries") or {}
-        for name, row in (race.get("ratios") or {}).items():
-            if not name.endswith(" deployment"):
-                continue  # Programmed means different things on the two sides
-            ours = summaries.get(f"ours {name}") or {}
-            theirs = summaries.get(f"istiod {name}") or {}
+        for series, row in deployment_rows(race):
+            ours = summaries.get(f"ours {series} deployment") or {}
+            theirs = summaries.get(f"istiod {series} deployment") or {}
             if not ours or not theirs:
                 continue
             p50, p99 = row.get("ours/istiod p50"), row.get("ours/istiod p99")
             lines.append(
-                f"| {mode} | {name.removesuffix(' deployment')} | {int(ours['n'])} | "
+                f"| {mode} | {series} | {int(ours['n'])} | "
                 f"{ours['p50'] * 1000:.1f} ms / "
                 f"{theirs['p50'] * 1000:.1f} ms | {ours['p99'] * 1000:.1f} ms / "
                 f"{theirs['p99'] * 1000:.1f} ms | "

@@ -24,7 +24,6 @@ work, `ambient-operator run` starts, and the clock starts with it:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import random
 import signal
@@ -53,6 +52,7 @@ from benchlib import (
     AGENTS_NS,
     BenchOperator,
     by_verb,
+    cpu_seconds,
     install_basics,
     proc_status_kib,
     writes,
@@ -97,6 +97,19 @@ def _parallel(work: Iterable[Callable[[], Any]]) -> None:
 
 def _namespace_name(i: int) -> str:
     return f"scale-{i:04d}"
+
+
+def waypoint_gateway() -> dict[str, Any]:
+    """The waypoint Gateway of the scenario, named `waypoint`, for any namespace."""
+    return {
+        "apiVersion": f"{GW_GROUP}/{GW_VERSION}",
+        "kind": "Gateway",
+        "metadata": {"name": "waypoint"},
+        "spec": {
+            "gatewayClassName": "ambient-waypoint",
+            "listeners": [{"name": "mesh", "port": c.PORT_HBONE, "protocol": "HBONE"}],
+        },
+    }
 
 
 def populate(
@@ -153,15 +166,7 @@ def populate(
     _parallel((lambda i=i: make_namespace(i)) for i in range(scale.namespaces))
     progress(f"scale: {scale.namespaces} namespaces created ({time.monotonic() - began:.0f}s)")
 
-    gateway = {
-        "apiVersion": f"{GW_GROUP}/{GW_VERSION}",
-        "kind": "Gateway",
-        "metadata": {"name": "waypoint"},
-        "spec": {
-            "gatewayClassName": "ambient-waypoint",
-            "listeners": [{"name": "mesh", "port": c.PORT_HBONE, "protocol": "HBONE"}],
-        },
-    }
+    gateway = waypoint_gateway()
     _parallel(
         (
             lambda ns=ns: _ignore_exists(
@@ -255,14 +260,14 @@ class Progress:
         # CPU seconds each process (control plane and operator) used from the
         # start to each milestone: what the 2 cores were busy with meanwhile.
         self.pids = dict(pids or {})
-        self.cpu_start = {name: _cpu_seconds(pid) for name, pid in self.pids.items()}
+        self.cpu_start = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
         self.cpu: dict[str, dict[str, float]] = {}
 
     def _mark(self, name: str, reached: bool) -> bool:
         if reached and name not in self.seen:
             self.seen[name] = time.monotonic() - self.started
             self.cpu[name] = {
-                proc: round(_cpu_seconds(pid) - self.cpu_start[proc], 2)
+                proc: round(cpu_seconds(pid) - self.cpu_start[proc], 2)
                 for proc, pid in self.pids.items()
             }
         return reached
@@ -305,13 +310,6 @@ class Progress:
         return self._mark("converged", ready and programmed)
 
 
-def _cpu_seconds(pid: int) -> float:
-    with contextlib.suppress(OSError):
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / 100.0  # utime + stime, in clock ticks
-    return 0.0
-
-
 def measure(
     cluster: LocalCluster,
     workdir: Path,
@@ -349,7 +347,7 @@ def measure(
         )
         wait_for(watch_progress.check, timeout, "convergence", interval=0.5)
         converged_mark = audit.mark()
-        result["cpu_s"] = _cpu_seconds(op.proc.pid)
+        result["cpu_s"] = cpu_seconds(op.proc.pid)
         result["rss_converged_kib"] = op.rss_kib()
         result["milestones"] = watch_progress.seen
         result["cpu_at_milestones"] = watch_progress.cpu

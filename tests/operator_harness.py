@@ -9,6 +9,10 @@ this module keeps the names the tests import.
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
+from ambient_devcluster import LocalCluster
 from ambient_devcluster.harness import (
     OPERATOR_USER,
     WRITE_VERBS,
@@ -20,12 +24,30 @@ from ambient_devcluster.harness import (
 
 __all__ = [
     "OPERATOR_USER",
+    "SAMPLE_MESH",
     "WRITE_VERBS",
     "AuditLog",
     "RunningOperator",
+    "apply_sample_mesh",
     "free_port",
     "webhook_args",
 ]
 
 # `ambient-operator run` as a subprocess logging to `workdir`/operator.log.
 RunningOperator = OperatorProcess
+
+SAMPLE_MESH = (
+    Path(__file__).resolve().parents[1] / "operator/ambient_operator/samples/ambientmesh.yaml"
+)
+
+
+def apply_sample_mesh(cluster: LocalCluster) -> None:
+    """`kubectl apply --server-side` of the sample AmbientMesh, as a user would."""
+    kubectl = [str(cluster.bin_dir / "kubectl"), "--kubeconfig", str(cluster.kubeconfig)]
+    done = subprocess.run(
+        [*kubectl, "apply", "--server-side", "-f", str(SAMPLE_MESH)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr

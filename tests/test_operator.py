@@ -26,10 +26,8 @@ import oracle
 from ambient_devcluster import LocalCluster, create_nodes, install_istiod_objects
 from ambient_devcluster.harness import condition, get_mesh, set_mesh_spec
 from conftest import BIN_DIR, unique_name, wait_for
-from operator_harness import AuditLog, RunningOperator
+from operator_harness import SAMPLE_MESH, AuditLog, RunningOperator, apply_sample_mesh
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLE_MESH = ROOT / "operator/ambient_operator/samples/ambientmesh.yaml"
 GROUP, VERSION, PLURAL = "ambientoperator.io", "v1alpha1", "ambientmeshes"
 AGENTS_NS = "istio-system"
 SELECTOR = "app.kubernetes.io/managed-by=ambient-operator,ambientoperator.io/controller=dataplane"
@@ -102,17 +100,6 @@ def audit(cluster: LocalCluster) -> AuditLog:
     return AuditLog(cluster.audit_log)
 
 
-def _apply_sample_mesh(cluster: LocalCluster) -> None:
-    kubectl = [str(cluster.bin_dir / "kubectl"), "--kubeconfig", str(cluster.kubeconfig)]
-    done = subprocess.run(
-        [*kubectl, "apply", "--server-side", "-f", str(SAMPLE_MESH)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-
-
 def _agent_pods(k8s: client.ApiClient) -> list[Any]:
     """What the agent pods look like, for failure messages."""
     return [
@@ -165,7 +152,7 @@ def _converged(k8s: client.ApiClient) -> bool:
 def test_sample_mesh_converges(
     cluster: LocalCluster, k8s: client.ApiClient, operator: RunningOperator
 ) -> None:
-    _apply_sample_mesh(cluster)
+    apply_sample_mesh(cluster)
     expected = _expected(k8s)
     assert any("windows" in name for name in expected), expected
     wait_for(lambda: set(_daemonsets(k8s)) == set(expected), 60, f"DaemonSets {set(expected)}")

@@ -9,9 +9,7 @@ enrollment counts are literal.
 from __future__ import annotations
 
 import contextlib
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,10 +19,8 @@ from kubernetes.client.exceptions import ApiException
 from ambient_devcluster import LocalCluster, install_istiod_objects
 from ambient_devcluster.harness import condition, get_mesh
 from conftest import BIN_DIR, unique_name, wait_for
-from operator_harness import RunningOperator
+from operator_harness import RunningOperator, apply_sample_mesh
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLE_MESH = ROOT / "operator/ambient_operator/samples/ambientmesh.yaml"
 PASSES = "ambient_operator_dataplane_passes_total"
 REDIRECTION = "ambient.istio.io/redirection"
 
@@ -39,14 +35,7 @@ def operator(
 ) -> Iterator[RunningOperator]:
     """The operator, with the sample mesh Reconciled (the resync is left at its 300 s)."""
     install_istiod_objects(k8s, BIN_DIR, "istio-system")
-    kubectl = [str(cluster.bin_dir / "kubectl"), "--kubeconfig", str(cluster.kubeconfig)]
-    done = subprocess.run(
-        [*kubectl, "apply", "--server-side", "-f", str(SAMPLE_MESH)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    apply_sample_mesh(cluster)
     op = RunningOperator(cluster, tmp_path_factory.mktemp("operator"))
     with op.running():
         wait_for(
