@@ -1,0 +1,70 @@
+"""`python -m ambient_images`: build the bundled images, and push them (make images)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from ambient_images import bases, builds, recipes
+from ambient_images.registry import Reference, is_loopback, push_layout
+from ambient_images.sources import SourceRefusedError
+
+
+def store() -> Path:
+    """The per-user cache the upstream programs share (hack/build-binaries.sh's)."""
+    root = os.environ.get("AMBIENT_BIN_CACHE") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ambient-operator"
+    )
+    return Path(root) / "images"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build the images asked for (all by default) into --out; push them with --registry."""
+    parser = argparse.ArgumentParser(prog="make images", description=__doc__)
+    parser.add_argument("--out", type=Path, default=recipes.REPO / ".cache" / "images")
+    parser.add_argument("--only", default="", help="comma-separated image names")
+    parser.add_argument("--registry", default="", help="host[:port]/prefix to push to")
+    args = parser.parse_args(argv)
+    names = [n for n in args.only.split(",") if n] or list(recipes.RECIPES)
+    unknown = sorted(set(names) - set(recipes.RECIPES))
+    if unknown:
+        parser.error(f"unknown image(s) {', '.join(unknown)}; known: {', '.join(recipes.RECIPES)}")
+    builds.ensure_packages()
+    args.out.mkdir(parents=True, exist_ok=True)
+    ctx = recipes.context(store())
+    done = []
+    try:
+        for name in names:
+            builds.log(f"building {name}")
+            built = recipes.RECIPES[name](ctx, args.out)
+            done.append(built)
+            builds.log(f"built {recipes.describe(built)}")
+    except SourceRefusedError as err:
+        print(f"images: refused: {err}", file=sys.stderr)
+        return 3
+    finally:
+        if done:
+            recipes.record(args.out, done)
+    if args.registry:
+        prefix = args.registry.rstrip("/")
+        for built in done:
+            target = Reference.parse(f"{prefix}/{built.name}:{built.tag}")
+            if built.stand_in and not is_loopback(target.host):
+                print(
+                    f"images: not pushing {built.name}: it is built on stand-in bases "
+                    f"({bases.ENV_MODE}={bases.STAND_IN}), which only a registry on loopback "
+                    "may receive; build with the pinned bases to ship it",
+                    file=sys.stderr,
+                )
+                return 4
+            digest = push_layout(args.out / built.name, target)
+            print(f"pushed {target}@{digest}")
+    for built in done:
+        print(recipes.describe(built))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
