@@ -70,7 +70,11 @@ krew: venv
 # TEST_WORKERS=0 runs them in this process, one after another.
 TEST_WORKERS ?= 2
 
+# The tests read the images' layouts (tests/test_images.py), built on stand-in
+# Windows bases unless AMBIENT_IMAGE_BASES says otherwise: mcr.microsoft.com is
+# out of reach on the machines the tests run on.
 test: venv bins lint typecheck
+	AMBIENT_IMAGE_BASES=$${AMBIENT_IMAGE_BASES:-stand-in} $(PY) -m ambient_images
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 cluster-up: venv bins

@@ -20,9 +20,37 @@ def store() -> Path:
     return Path(root) / "images"
 
 
+def push(out: Path, names: list[str], registry: str) -> int:
+    """Push built layouts (as images.json records them) under `<registry>/<name>:<tag>`."""
+    record = recipes.read_record(out)
+    missing = [n for n in names if n not in record]
+    if missing:
+        print(f"images: not built yet: {', '.join(missing)} (run make images)", file=sys.stderr)
+        return 2
+    prefix = registry.rstrip("/")
+    for name in names:
+        entry = record[name]
+        target = Reference.parse(f"{prefix}/{name}:{entry['tag']}")
+        if entry["standIn"] and not is_loopback(target.host):
+            print(
+                f"images: not pushing {name}: it is built on stand-in bases "
+                f"({bases.ENV_MODE}={bases.STAND_IN}), which only a registry on loopback "
+                "may receive; build with the pinned bases to ship it",
+                file=sys.stderr,
+            )
+            return 4
+        digest = push_layout(out / name, target)
+        print(f"pushed {target}@{digest}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Build the images asked for (all by default) into --out; push them with --registry."""
+    """Build the images asked for (all by default) into --out; push them with --registry.
+
+    `push` pushes what was built, without building.
+    """
     parser = argparse.ArgumentParser(prog="make images", description=__doc__)
+    parser.add_argument("command", nargs="?", choices=("build", "push"), default="build")
     parser.add_argument("--out", type=Path, default=recipes.REPO / ".cache" / "images")
     parser.add_argument("--only", default="", help="comma-separated image names")
     parser.add_argument("--registry", default="", help="host[:port]/prefix to push to")
@@ -31,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(names) - set(recipes.RECIPES))
     if unknown:
         parser.error(f"unknown image(s) {', '.join(unknown)}; known: {', '.join(recipes.RECIPES)}")
+    if args.command == "push":
+        if not args.registry:
+            parser.error("push needs --registry host[:port]/prefix")
+        return push(args.out, names, args.registry)
     builds.ensure_packages()
     args.out.mkdir(parents=True, exist_ok=True)
     ctx = recipes.context(store())
@@ -47,22 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if done:
             recipes.record(args.out, done)
-    if args.registry:
-        prefix = args.registry.rstrip("/")
-        for built in done:
-            target = Reference.parse(f"{prefix}/{built.name}:{built.tag}")
-            if built.stand_in and not is_loopback(target.host):
-                print(
-                    f"images: not pushing {built.name}: it is built on stand-in bases "
-                    f"({bases.ENV_MODE}={bases.STAND_IN}), which only a registry on loopback "
-                    "may receive; build with the pinned bases to ship it",
-                    file=sys.stderr,
-                )
-                return 4
-            digest = push_layout(args.out / built.name, target)
-            print(f"pushed {target}@{digest}")
     for built in done:
         print(recipes.describe(built))
+    if args.registry:
+        return push(args.out, names, args.registry)
     return 0
 
 

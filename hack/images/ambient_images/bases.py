@@ -95,7 +95,7 @@ def _hive(name: str, epoch: int) -> bytes:
     nk_offset, sk_offset = 0x20, 0x20 + 0x60  # cell offsets relative to the first bin
     nk = (
         struct.pack(
-            "<2sHQIIIIIIIIIIIIIIIIHH",
+            "<2sHQ" + "I" * 15 + "HH",
             b"nk",
             0x2C,  # KEY_HIVE_ENTRY | KEY_NO_DELETE | KEY_COMP_NAME
             filetime,

@@ -143,7 +143,9 @@ def cargo_ztunnel(
     out = Outputs(
         store,
         name,
-        key(pin.tree_sha256, *(p.tree_sha256 for _, p in deps.values()), target, version, rustc),
+        key(
+            pin.tree_sha256, *(deps[u][1].tree_sha256 for u in sorted(deps)), target, version, rustc
+        ),
     )
     if out.ready():
         return out.dir / exe

@@ -252,7 +252,7 @@ class LayerBuilder:
                     info.pax_headers = {"MSWINDOWS.fileattr": attr, "MSWINDOWS.rawsd": WINDOWS_SD}
                 tar.addfile(info, io.BytesIO(payload) if payload is not None else None)
         data = raw.getvalue()
-        return gzip.compress(data, compresslevel=9, mtime=0), sha256_digest(data)
+        return gzip.compress(data, compresslevel=6, mtime=0), sha256_digest(data)
 
 
 @dataclass(frozen=True)

@@ -328,7 +328,9 @@ def operator(ctx: Context, out: Path) -> Built:
             f"--target={target}",
         ]
         _pip(*common, f"--find-links={wheels}", f"--requirement={lock}")
-        _pip(*common, "--upgrade", *sorted(str(p) for p in own.glob("*.whl")))
+        # By name from a folder, not by path: a path would be recorded in the
+        # dist-info (direct_url.json), and the image would differ per build.
+        _pip(*common, f"--find-links={own}", f"ambient-operator=={ctx.operator_version}")
         shutil.rmtree(target / "bin", ignore_errors=True)
         layout = _layout(out, bundled.OPERATOR)
         base_layer = oci.LayerBuilder()
@@ -608,6 +610,13 @@ def describe(built: Built) -> str:
     """A line for the summary: name, tag, digest."""
     note = " (on stand-in bases)" if built.stand_in else ""
     return f"{built.name}:{built.tag} {built.descriptor.digest}{note}"
+
+
+def read_record(out: Path) -> dict[str, dict[str, object]]:
+    """What `record` wrote: name -> tag, digest, media type, whether on stand-ins."""
+    path = out / "images.json"
+    data: dict[str, dict[str, object]] = json.loads(path.read_text()) if path.is_file() else {}
+    return data
 
 
 def record(out: Path, built: list[Built]) -> None:
