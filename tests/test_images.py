@@ -21,6 +21,8 @@ import hashlib
 import io
 import json
 import os
+import re
+import shlex
 import socket
 import struct
 import subprocess
@@ -32,6 +34,7 @@ from typing import Any
 
 import pytest
 
+from ambient_operator.cluster.versions import parse_version, skew_problem
 from conftest import BIN_DIR, REPO_ROOT, wait_for
 
 OUT = REPO_ROOT / ".cache" / "images"
@@ -410,26 +413,54 @@ def _crane(*args: str) -> str:
     return done.stdout.strip()
 
 
-def test_push_to_a_loopback_registry_reads_back_the_same_with_crane(registry: str) -> None:
+def _page_commands() -> list[str]:
+    """The shell lines of docs/images.md's ```sh blocks, in order."""
+    text = (REPO_ROOT / "docs" / "images.md").read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", text, re.S)
+    return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def test_the_images_page_builds_pushes_and_reads_back_with_crane(registry: str) -> None:
+    """Every command of docs/images.md, as the page writes it, against a registry on loopback."""
+    commands = _page_commands()
+    assert commands == [
+        "make images",
+        "make images REGISTRY=registry.example.com/ambient",
+        f"crane digest registry.example.com/ambient/ztunnel-windows:{WINDOWS_AGENT_TAG}",
+        f"crane manifest registry.example.com/ambient/redirection-wait:{OPERATOR_VERSION}",
+    ]
+    outputs = []
+    for command in commands:
+        argv = shlex.split(command.replace("registry.example.com", registry))
+        if argv[0] == "make":
+            argv = ["make", "-C", str(REPO_ROOT), *argv[1:]]
+        else:
+            argv[0] = str(BIN_DIR / argv[0])
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            env={**os.environ, **_bases_env()},
+            check=False,
+            timeout=1800,
+        )
+        assert done.returncode == 0, f"{command}: {done.stderr[-3000:]}"
+        outputs.append(done.stdout.strip())
     record = json.loads((OUT / "images.json").read_text())
+    assert outputs[2] == record["ztunnel-windows"]["digest"] == top("ztunnel-windows")["digest"]
+    index = json.loads(outputs[3])
+    assert sorted(m["platform"]["os.version"].rsplit(".", 1)[0] for m in index["manifests"]) == [
+        "10.0.20348",
+        "10.0.26100",
+    ]
+    ours = doc("redirection-wait", top("redirection-wait")["digest"])
+    assert [m["digest"] for m in index["manifests"]] == [m["digest"] for m in ours["manifests"]]
+    # Every image, as crane reads it back, is the layout's.
     prefix = f"{registry}/ambient"
-    done = subprocess.run(
-        [sys.executable, "-m", "ambient_images", "push", "--registry", prefix],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=1800,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    listed = _crane("catalog", registry).split()
-    assert sorted(listed) == sorted(f"ambient/{n}" for n in NAMES)
+    assert sorted(_crane("catalog", registry).split()) == sorted(f"ambient/{n}" for n in NAMES)
     for name in NAMES:
         ref = f"{prefix}/{name}:{record[name]['tag']}"
         assert _crane("digest", ref) == record[name]["digest"] == top(name)["digest"], name
-    # The index's entries, as crane reads them, are the layout's.
-    index = json.loads(_crane("manifest", f"{prefix}/redirection-wait:{OPERATOR_VERSION}"))
-    ours = doc("redirection-wait", top("redirection-wait")["digest"])
-    assert [m["digest"] for m in index["manifests"]] == [m["digest"] for m in ours["manifests"]]
     config = json.loads(_crane("config", f"{prefix}/ambient-operator:{OPERATOR_VERSION}"))
     assert config["config"]["User"] == "65532:65532"
 
@@ -556,8 +587,6 @@ def test_a_downloaded_source_is_checked_by_its_content(tmp_path: Path) -> None:
 
 def test_the_windows_pair_is_read_as_the_1_30_line_by_the_skew_check() -> None:
     """docs/images.md: istiod 1.30 and 1.31 are within the rule for the pair, 1.32 is not."""
-    from ambient_operator.cluster.versions import parse_version, skew_problem
-
     pair = parse_version(WINDOWS_AGENT_TAG)
     assert pair is not None
     assert skew_problem(parse_version("1.30.3"), pair) is None

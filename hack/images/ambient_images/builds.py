@@ -179,9 +179,10 @@ def cargo_ztunnel(
         "AMBIENT_BUILD_VERSION": version,
         "VERSION": version,
         "SOURCE_DATE_EPOCH": "0",
-        # The target folder is kept across pins (incremental, much faster); the
-        # output folder above is what is keyed.
-        "CARGO_TARGET_DIR": str(store / "cargo-target" / name),
+        # One target folder for every ztunnel build, kept across pins: the host's
+        # build scripts and proc macros are compiled once for both targets, and
+        # a pin change rebuilds only what changed. The output folder is what is keyed.
+        "CARGO_TARGET_DIR": str(store / "cargo-target" / "ztunnel"),
     }
     if "windows" in target:
         flags = [*remap, "-C", "link-arg=-Wl,--no-insert-timestamp"]
@@ -198,7 +199,7 @@ def cargo_ztunnel(
     env["CARGO_ENCODED_RUSTFLAGS"] = "\x1f".join(flags)
     build_dir = out.begin()
     run(["cargo", "build", "--release", "--target", target, *patches], cwd=work, env=env)
-    shutil.copy2(store / "cargo-target" / name / target / "release" / exe, build_dir / exe)
+    shutil.copy2(store / "cargo-target" / "ztunnel" / target / "release" / exe, build_dir / exe)
     shutil.rmtree(work, ignore_errors=True)
     return out.commit() / exe
 

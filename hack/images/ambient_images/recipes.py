@@ -110,7 +110,7 @@ def _windows_on_hostprocess(
     name: str,
     files: dict[str, Path],
     entrypoint: list[str],
-    pins: list[Pin],
+    pin: Pin,
 ) -> Built:
     layout = _layout(out, name)
     base_dir, base_name, stand_in = bases.resolve("hostprocess", ctx.store, ctx.epoch)
@@ -120,8 +120,8 @@ def _windows_on_hostprocess(
         layer.file(dest, src, 0o755)
     blob, diff_id = layer.build(ctx.epoch)
     annotations = ctx.annotations(
-        source=f"https://{pins[0].repo and 'github.com/' + pins[0].repo}",
-        revision=pins[0].commit,
+        source=f"https://github.com/{pin.repo}",
+        revision=pin.commit,
         version=bundled.WINDOWS_AGENT_TAG,
         licenses="Apache-2.0",
         title=name,
@@ -167,7 +167,7 @@ def ztunnel_windows(ctx: Context, out: Path) -> Built:
     )
     # Dockerfile.ztunnel-windows: COPY .../ztunnel.exe /ztunnel.exe, ENTRYPOINT ["ztunnel.exe"].
     return _windows_on_hostprocess(
-        ctx, out, bundled.ZTUNNEL_WINDOWS, {"ztunnel.exe": exe}, ["ztunnel.exe"], [pin]
+        ctx, out, bundled.ZTUNNEL_WINDOWS, {"ztunnel.exe": exe}, ["ztunnel.exe"], pin
     )
 
 
@@ -210,7 +210,7 @@ def install_cni_windows(ctx: Context, out: Path) -> Built:
             "opt/cni/bin/istio-cni.exe": folder / "istio-cni.exe",
         },
         ["/install-cni.exe"],
-        [pin],
+        pin,
     )
 
 
@@ -333,8 +333,6 @@ def operator(ctx: Context, out: Path) -> Built:
         _pip(*common, f"--find-links={own}", f"ambient-operator=={ctx.operator_version}")
         shutil.rmtree(target / "bin", ignore_errors=True)
         layout = _layout(out, bundled.OPERATOR)
-        base_layer = oci.LayerBuilder()
-        base_layer.tree(root.path)
         app = oci.LayerBuilder()
         app.tree(target, _SITE)
         app.file("usr/local/bin/ambient-operator", _LAUNCHER.encode(), 0o755)
@@ -345,7 +343,7 @@ def operator(ctx: Context, out: Path) -> Built:
             app.file(f"etc/{name}", (root.path / "etc" / name).read_bytes() + line.encode())
         layers = [
             (
-                *base_layer.build(ctx.epoch),
+                *root.layer(ctx.epoch),
                 f"debian {rootfs.SUITE} essential + python3 (mmdebstrap)",
             ),
             (
@@ -393,14 +391,12 @@ def _linux_agent(
 ) -> Built:
     root = rootfs.debian(ctx.store, "net", _NET_PACKAGES, epoch=ctx.epoch)
     layout = _layout(out, name)
-    base_layer = oci.LayerBuilder()
-    base_layer.tree(root.path)
     app = oci.LayerBuilder()
     for dest, src in sorted(files.items()):
         app.file(dest, src, 0o755)
     layers = [
         (
-            *base_layer.build(ctx.epoch),
+            *root.layer(ctx.epoch),
             f"debian {rootfs.SUITE} essential + {' '.join(_NET_PACKAGES)}",
         ),
         (*app.build(ctx.epoch), f"COPY {', '.join(sorted(files))}"),

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ambient_images.builds import Outputs, key, log
+from ambient_images.oci import LayerBuilder
 
 SUITE = "bookworm"
 MIRRORS = (
@@ -45,6 +46,24 @@ class RootFs:
     def package_count(self) -> int:
         """How many packages it holds."""
         return len(self.packages.splitlines())
+
+    def layer(self, epoch: int) -> tuple[bytes, str]:
+        """The root file system as one layer (gzipped tar, diff ID), made once per epoch.
+
+        It is most of an image's bytes and all of its assembly time, and the
+        same for every build from this root and epoch.
+        """
+        blob, diff = (
+            self.path.parent / f"layer-{epoch}.tar.gz",
+            self.path.parent / f"layer-{epoch}.diffid",
+        )
+        if not diff.is_file():
+            builder = LayerBuilder()
+            builder.tree(self.path)
+            data, diff_id = builder.build(epoch)
+            blob.write_bytes(data)
+            diff.write_text(diff_id)
+        return blob.read_bytes(), diff.read_text()
 
 
 def debian(
