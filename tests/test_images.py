@@ -16,6 +16,7 @@ with the command to run, never a skip.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import io
@@ -28,6 +29,7 @@ import struct
 import subprocess
 import sys
 import tarfile
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -372,8 +374,7 @@ def _free_port() -> int:
         return port
 
 
-@pytest.fixture
-def registry(tmp_path: Path) -> Iterator[str]:
+def _serve_registry(tmp_path: Path, auth: str = "") -> Iterator[str]:
     """distribution's registry on loopback, storing in tmp_path; yields host:port."""
     port = _free_port()
     config = tmp_path / "registry.yml"
@@ -381,7 +382,7 @@ def registry(tmp_path: Path) -> Iterator[str]:
         "version: 0.1\n"
         "log: {level: warn}\n"
         f"storage: {{filesystem: {{rootdirectory: {tmp_path / 'data'}}}}}\n"
-        f"http: {{addr: 127.0.0.1:{port}}}\n"
+        f"http: {{addr: 127.0.0.1:{port}}}\n" + auth
     )
     log = (tmp_path / "registry.log").open("w")
     process = subprocess.Popen(
@@ -403,6 +404,71 @@ def registry(tmp_path: Path) -> Iterator[str]:
         process.terminate()
         process.wait(timeout=30)
         log.close()
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Iterator[str]:
+    """An open registry on loopback."""
+    yield from _serve_registry(tmp_path)
+
+
+def test_push_uses_the_docker_configs_credentials(tmp_path: Path) -> None:
+    """A registry that asks for a password (htpasswd, bcrypt): the push takes it from the
+    Docker config's `auths`, as crane does; without it the push fails and says why."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import crypt  # bcrypt through libxcrypt; deprecated, still in 3.11
+
+    htpasswd = tmp_path / "htpasswd"
+    htpasswd.write_text(f"ci:{crypt.crypt('s3cret', crypt.mksalt(crypt.METHOD_BLOWFISH))}\n")
+    auth = f"auth: {{htpasswd: {{realm: ambient, path: {htpasswd}}}}}\n"
+    serving = _serve_registry(tmp_path, auth)
+    host = next(serving)
+    try:
+        record = json.loads((OUT / "images.json").read_text())
+        push = [
+            sys.executable,
+            "-m",
+            "ambient_images",
+            "push",
+            "--only",
+            "pause",
+            "--registry",
+            f"{host}/private",
+        ]
+        empty = tmp_path / "no-config"
+        empty.mkdir()
+        refused = subprocess.run(
+            push,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+            env={**os.environ, "DOCKER_CONFIG": str(empty)},
+        )
+        assert refused.returncode != 0
+        assert f"{host} asks for a password and the Docker config has none" in refused.stderr
+        config = tmp_path / "docker"
+        config.mkdir()
+        token = base64.b64encode(b"ci:s3cret").decode()
+        (config / "config.json").write_text(json.dumps({"auths": {host: {"auth": token}}}))
+        env = {**os.environ, "DOCKER_CONFIG": str(config)}
+        done = subprocess.run(
+            push, capture_output=True, text=True, check=False, timeout=120, env=env
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        read = subprocess.run(
+            [str(BIN_DIR / "crane"), "digest", f"{host}/private/pause:{record['pause']['tag']}"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+            env=env,
+        )
+        assert read.returncode == 0, read.stderr
+        assert read.stdout.strip() == record["pause"]["digest"]
+    finally:
+        serving.close()
 
 
 def _crane(*args: str) -> str:
