@@ -9,6 +9,7 @@ import json
 import re
 import socket
 import ssl
+import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -536,6 +537,22 @@ def test_run_flags() -> None:
         "/certs",
     )
     assert args.webhook_namespace == "ops" and args.webhook_listen_address == "0.0.0.0"
+
+
+def test_a_bad_default_registry_is_refused_by_name() -> None:
+    # `run` checks --default-registry as spec.images.registry is, before it starts.
+    done = subprocess.run(
+        [str(ROOT / ".venv/bin/ambient-operator"), "run", "--default-registry", "Reg.Example/UP/"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(
+        "ambient-operator run: --default-registry 'Reg.Example/UP/': Value error, "
+        "'Reg.Example/UP/' is not a valid image repository (hub)"
+    ), done.stderr
 
 
 # -- misses -----------------------------------------------------------------------

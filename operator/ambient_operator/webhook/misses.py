@@ -117,13 +117,6 @@ class Miss:
         """Left without it because its image was unavailable, not because nobody answered."""
         return self.decision.action == "withheld" or d.withheld(self.pod)
 
-    @property
-    def reason(self) -> PodEvent:
-        """The Event's reason."""
-        if self.image_unavailable:
-            return PodEvent.REDIRECTION_WAIT_IMAGE_UNAVAILABLE
-        return PodEvent.REDIRECTION_WAIT_MISSING
-
     def message(self) -> str:
         """Event text; stable for a pod, so the recorder tells it once."""
         where = f"build {self.decision.build}" if self.decision.build else "pre-WS2025 nodes"
@@ -249,15 +242,18 @@ class MissTracker:
             self._counted.add(uid)
             metrics.WEBHOOK_MISSES.inc()
             meta = miss.pod["metadata"]
+            reason = (
+                PodEvent.REDIRECTION_WAIT_IMAGE_UNAVAILABLE
+                if miss.image_unavailable
+                else PodEvent.REDIRECTION_WAIT_MISSING
+            )
             log.warning(
                 "pod %s/%s was admitted without the redirection-wait init container (%s)",
                 meta.get("namespace"),
                 meta.get("name"),
-                miss.reason,
+                reason,
             )
-            await asyncio.to_thread(
-                self.events.post, miss.pod, "Warning", miss.reason, miss.message()
-            )
+            await asyncio.to_thread(self.events.post, miss.pod, "Warning", reason, miss.message())
         live = {str(m.pod["metadata"].get("uid") or "") for m in found.values()}
         self._counted &= live  # forget pods that are gone
         if changed:
