@@ -7,7 +7,7 @@ tests/test_precheck.py's.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -386,6 +386,46 @@ def test_bundled_images_say_what_to_build_and_set() -> None:
     assert _only(p.judge(linux_only), "bundled-images", "info").message == (
         "no Windows node gets the agents: none needed"
     )
+
+
+class _Deployments:
+    """A Reader that knows one Deployment, as the chart renders the operator's."""
+
+    def __init__(self, container: dict[str, Any]) -> None:
+        self.container = container
+        self.asked: list[tuple[str, str | None]] = []
+
+    def get(self, kind: Any, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        self.asked.append((name, namespace))
+        if (kind.kind, name, namespace) != ("Deployment", "ambient-operator", "ops"):
+            return None
+        return {"spec": {"template": {"spec": {"containers": [self.container]}}}}
+
+
+@pytest.mark.parametrize(
+    ("container", "found"),
+    [
+        ({"args": ["run", "--default-registry=r.example:5000/amb"]}, "r.example:5000/amb"),
+        (
+            {"env": [{"name": "AMBIENT_OPERATOR_DEFAULT_REGISTRY", "value": "r.example/env"}]},
+            "r.example/env",
+        ),
+        ({"args": ["run", "--cni-rbac=chart"]}, None),
+    ],
+)
+def test_precheck_reads_the_operators_default_registry(
+    container: dict[str, Any], found: str | None
+) -> None:
+    # The Deployment the webhook's Service is named after: the chart names both alike.
+    read = _Deployments(container)
+    hook = p.Webhook(configured=True, service="ops/ambient-operator", ready_endpoints=1)
+    assert pc._default_registry(cast(Any, read), hook) == found
+    assert read.asked == [("ambient-operator", "ops")]
+    # A webhook called by URL names no Service: nothing to read.
+    by_url = _Deployments(container)
+    by_url_hook = p.Webhook(configured=True, url="https://x")
+    assert pc._default_registry(cast(Any, by_url), by_url_hook) is None
+    assert by_url.asked == []
 
 
 def test_every_check_says_when_it_blocks_and_warns() -> None:
