@@ -36,7 +36,9 @@ from typing import Any
 
 import pytest
 
+from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.cluster.versions import parse_version, skew_problem
+from ambient_operator.render.values import redirection_wait_image
 from conftest import BIN_DIR, REPO_ROOT, wait_for
 
 OUT = REPO_ROOT / ".cache" / "images"
@@ -660,3 +662,12 @@ def test_the_windows_pair_is_read_as_the_1_30_line_by_the_skew_check() -> None:
     problem = skew_problem(parse_version("1.32.0"), pair)
     assert problem is not None
     assert problem.startswith("istiod 1.32.0 is 2 minors ahead of the agents'")
+
+
+def test_the_webhooks_default_names_the_redirection_wait_index_make_images_pushes() -> None:
+    """With a registry, the webhook's multi-build image is exactly `<registry>/<name>:<tag>`
+    of the index in the layout, which `make images REGISTRY=<registry>` pushes."""
+    spec = AmbientMeshSpec.model_validate({"images": {"registry": "registry.example.com/ambient"}})
+    tag = top("redirection-wait")["annotations"]["org.opencontainers.image.ref.name"]
+    assert redirection_wait_image(spec) == f"registry.example.com/ambient/redirection-wait:{tag}"
+    assert tag == OPERATOR_VERSION
