@@ -7,8 +7,12 @@ approval rolls which platform, and what Reconciled says.
 from __future__ import annotations
 
 import dataclasses
+import re
+import shutil
+from pathlib import Path
 from typing import Any
 
+from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AsIsDaemonSet, HeldTemplates
 from ambient_operator.apply.held import (
     APPROVED,
@@ -104,6 +108,40 @@ def test_the_same_version_writes_its_render_at_once() -> None:
     out = apply_hold(NEW, live, HOLD, None)
     assert out["spec"]["template"] == NEW["spec"]["template"]
     assert out["metadata"]["annotations"] == {TEMPLATE_BY: "0.2.0", INPUTS: "inputs-1"}
+
+
+def test_a_rebuild_under_the_same_version_is_held_as_a_new_version_is() -> None:
+    # Builds are `<version>+<digest of the code>` (api/constants.py's operator_build).
+    hold = Hold("inputs-1", "0.2.0+bbbbbbbbbbbb")
+    rebuilt = held(
+        NEW, ds("OLD_VAR", {TEMPLATE_BY: "0.2.0+aaaaaaaaaaaa", INPUTS: "inputs-1"}), hold
+    )
+    assert rebuilt is not None and rebuilt.reason == OPERATOR_UPGRADE
+    assert rebuilt.differences == (
+        "spec.containers[istio-proxy].env[NEW_VAR]",
+        "spec.containers[istio-proxy].env[OLD_VAR]",
+    )
+    # What operators before the digest wrote (the version alone): another build's.
+    assert held(NEW, ds("OLD_VAR", {TEMPLATE_BY: "0.2.0", INPUTS: "inputs-1"}), hold) is not None
+    # The same build: its own render, written at once.
+    same = ds("OLD_VAR", {TEMPLATE_BY: "0.2.0+bbbbbbbbbbbb", INPUTS: "inputs-1"})
+    assert held(NEW, same, hold) is None
+
+
+def test_the_build_digest_changes_with_a_template_not_with_a_cache(tmp_path: Path) -> None:
+    package = Path(c.__file__).resolve().parents[1]
+    assert re.fullmatch(r"[0-9A-Za-z.+-]+\+[0-9a-f]{12}", c.operator_build()), c.operator_build()
+    one, two = tmp_path / "one", tmp_path / "two"
+    for copy in (one, two):
+        shutil.copytree(package / "templates", copy / "templates")
+    # The same files elsewhere (and a byte-code cache beside them): the same digest.
+    (two / "templates" / "__pycache__").mkdir()
+    (two / "templates" / "__pycache__" / "x.py").write_text("cached = 1\n")
+    assert c.code_digest(one) == c.code_digest(two)
+    # One template changed by a byte, the version string as it was: another build.
+    changed = two / "templates" / "daemonset-ztunnel-linux.yaml.j2"
+    changed.write_text(changed.read_text() + "\n")
+    assert c.code_digest(one) != c.code_digest(two)
 
 
 def test_a_change_the_user_asked_for_rolls_what_was_held() -> None:

@@ -185,8 +185,8 @@ class DataplaneController(DataplaneMoves):
         """The opt-in removal of nodes' readiness taints (controllers/node_readiness.py)."""
         return NodeReadinessGate(self.state, self.kube)
 
-    # The version TEMPLATE_BY records (apply/held.py).
-    version = c.operator_version() or "unknown"
+    # What TEMPLATE_BY records (apply/held.py): the version and a digest of the code.
+    version = c.operator_build()
 
     @functools.cached_property
     def memo(self) -> PassMemo:
