@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ambient_operator.api import constants as c
-from ambient_operator.api.v1alpha1 import AsIsDaemonSet, HeldTemplates
+from ambient_operator.api.v1alpha1 import AdoptionStatus, AsIsDaemonSet, HeldTemplates
 from ambient_operator.apply.held import (
     APPROVED,
     AS_IS,
@@ -28,7 +28,10 @@ from ambient_operator.apply.held import (
 )
 from ambient_operator.render.model import OrderedRollout, PlatformRollout
 from ambient_operator.render.rollout import release_held
-from ambient_operator.status.held import held_message, held_status
+from ambient_operator.status.adoption import as_is_message
+from ambient_operator.status.components import ApplyOutcome
+from ambient_operator.status.held import held_message, held_platforms, held_status
+from ambient_operator.status.versions import rollout_message
 
 NS = "istio-system"
 WS2022 = "10.0.20348"
@@ -229,12 +232,12 @@ def test_reconciled_says_what_would_restart_and_how_to_approve() -> None:
         ],
     )
     assert held_message(status, ["linux", WS2022]) == (
-        "agents keep the pod template that another operator version wrote: linux: 3 pod(s) of "
-        "ztunnel; 10.0.20348: 1 pod(s) of ztunnel-windows-ltsc2022 would restart for this "
-        "operator's render; nothing restarts until this AmbientMesh "
-        "changes or you approve (kubectl annotate ambientmesh default "
-        "ambientoperator.io/approve-templates=abc123 --overwrite); then they roll in order, "
-        "Linux first (status.held lists the fields that differ)"
+        "agents are held, running the pod template that another operator version wrote (linux: "
+        "3 pod(s) of ztunnel; 10.0.20348: 1 pod(s) of ztunnel-windows-ltsc2022); approving "
+        "restarts them with this operator's render, in order, Linux first; nothing restarts "
+        "until this AmbientMesh changes or you approve (kubectl annotate ambientmesh default "
+        "ambientoperator.io/approve-templates=abc123 --overwrite) (status.held lists the fields "
+        "that differ)"
     )
     approved = status.model_copy(
         update={
@@ -247,6 +250,46 @@ def test_reconciled_says_what_would_restart_and_how_to_approve() -> None:
         "ztunnel-windows-ltsc2022 (status.held)"
     )
     assert held_message(None, ["linux"]) is None
+
+
+def test_after_a_take_over_reconciled_says_the_agents_are_held_and_what_approving_changes() -> None:
+    # Upstream's 1.30.3 charts taken over, the agents' tag following a 1.31 istiod:
+    # Linux's agents run Helm's template and the render has new images.
+    new = "istio-cni: new image; ztunnel: new image"
+    rollout = OrderedRollout((PlatformRollout("linux", "rolling", why=new),))
+    held = HeldTemplates(
+        approval="abc123",
+        daemon_sets=[
+            AsIsDaemonSet(name=name, platform="linux", pods=3, reason="TakenOver")
+            for name in ("istio-cni-node", "ztunnel")
+        ],
+    )
+    outcome = ApplyOutcome(
+        rollout=rollout_message(rollout, held=held_platforms(held)),
+        held=held_message(held, ["linux"], {"linux": new}),
+        as_is=as_is_message(
+            AdoptionStatus(
+                releases=["ztunnel"],
+                as_is=[AsIsDaemonSet(name="ztunnel", platform="linux", pods=3)],
+            ),
+            NS,
+            held=True,
+        ),
+    )
+    assert outcome.verdict(14).message == (
+        "14 objects match the spec; agents are held, running the pod template that Helm wrote "
+        "(linux: 6 pod(s) of istio-cni-node, ztunnel); approving restarts them with this "
+        "operator's render (Linux: istio-cni: new image; ztunnel: new image), in order, Linux "
+        "first; nothing restarts until this AmbientMesh changes or you approve (kubectl annotate "
+        "ambientmesh default ambientoperator.io/approve-templates=abc123 --overwrite) "
+        "(status.held lists the fields that differ); taken over from Helm as they run: ztunnel "
+        "(3 pods on linux, 0 fields differ from the render) (status.adoption.asIs lists the "
+        "fields). If the releases' records are still there, `helm uninstall` would delete these "
+        "objects: have Helm forget each release first (kubectl delete secret -n istio-system "
+        "-l owner=helm,name=ztunnel; docs/migration.md)"
+    )
+    # Not held, the same rollout is a replacement under way.
+    assert rollout_message(rollout) == f"the agents on Linux are being replaced ({new})"
 
 
 def test_an_old_approval_is_called_stale_only_while_something_waits_for_one() -> None:

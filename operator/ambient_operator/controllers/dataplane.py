@@ -103,7 +103,7 @@ from ambient_operator.status.components import (
     ready_verdict,
     transitions,
 )
-from ambient_operator.status.held import held_message, held_status
+from ambient_operator.status.held import held_message, held_platforms, held_status
 from ambient_operator.status.platform import platform_status
 from ambient_operator.status.revisions import revisions_status
 from ambient_operator.status.schema import status_for
@@ -335,13 +335,21 @@ class DataplaneController(DataplaneMoves):
             platform=platform_status(choice),
             inventory=result.inventory(),
             held=held,
-            held_message=held_message(held, [p.platform for p in result.rollout.platforms]),
+            held_message=held_message(
+                held,
+                [p.platform for p in result.rollout.platforms],
+                {
+                    p.platform: p.why
+                    for p in result.rollout.platforms
+                    if p.state == "rolling" and not p.settling
+                },
+            ),
             node_readiness=gated,
             problems=(*self.problems(spec, result), *gate_problems),
         )
         outcome.held = last.held_message
         adoption = adoption_status(takeover, ours, result.objects)
-        outcome.as_is = as_is_message(adoption, spec.namespace)
+        outcome.as_is = as_is_message(adoption, spec.namespace, held=held is not None)
         await self._finish(mesh, previous, last, ours, outcome, adoption, nodes=True)
         # A status-only pass may follow only a pass that left nothing to do:
         # no write failed or was refused, no move or take-over is under way
@@ -410,7 +418,9 @@ class DataplaneController(DataplaneMoves):
             last.chosen,
             previous.versions if previous is not None else None,
         )
-        outcome.rollout = rollout_message(result.rollout, last.chosen, versions)
+        outcome.rollout = rollout_message(
+            result.rollout, last.chosen, versions, held_platforms(last.held)
+        )
         reconciled = outcome.verdict(len(result.objects))
         if reconciled.status != "True":
             metrics.RECONCILE_ERRORS.labels(controller=CONTROLLER, reason=reconciled.reason).inc()
