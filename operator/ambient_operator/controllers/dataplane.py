@@ -108,6 +108,7 @@ from ambient_operator.status.platform import platform_status
 from ambient_operator.status.revisions import revisions_status
 from ambient_operator.status.schema import status_for
 from ambient_operator.status.versions import rollout_message, version_status
+from ambient_operator.status.windows import pod_limit_message, windows_status
 from ambient_operator.status.writer import write_status
 
 log = logging.getLogger(__name__)
@@ -443,9 +444,19 @@ class DataplaneController(DataplaneMoves):
             adoption=adoption,
             held=last.held,
             revisions=self._revisions(spec),
+            windows=windows_status(
+                spec,
+                (v.node for v in result.verdicts if v.os == "windows" and v.supported),
+                self.state.tally.windows_pods_by_node(),
+            ),
         )
         self._export_metrics(result if nodes else None, status.enrollment)
         await self._write_status(mesh, previous, status)
+        crowded = pod_limit_message(status.windows) if status.windows else None
+        if crowded and not self.events.told(mesh, MeshEvent.WINDOWS_POD_LIMIT, crowded):
+            await asyncio.to_thread(
+                self.events.post, mesh, "Warning", MeshEvent.WINDOWS_POD_LIMIT, crowded
+            )
 
     def _revisions(self, spec: AmbientMeshSpec) -> list[RevisionStatus]:
         """status.revisions from the caches (status/revisions.py), again only when its
@@ -712,6 +723,7 @@ class DataplaneController(DataplaneMoves):
             adoption=keep.adoption,
             held=keep.held,
             revisions=keep.revisions,
+            windows=keep.windows,
         )
         # Nothing was changed: the DaemonSets are as ready as they were.
         status = status.model_copy(update={"ready_components": keep.ready_components})
