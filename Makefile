@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 NODES ?= operator/ambient_operator/samples/nodes-mixed.yaml
 CLUSTER_STATE ?= .cache/cluster
 
-.PHONY: all venv bins lint typecheck test demo cluster-up cluster-down crd docs krew bench bench-growth clean
+.PHONY: all venv bins test-tools lint typecheck test demo cluster-up cluster-down crd docs krew bench bench-growth clean
 
 all: test
 
@@ -22,6 +22,12 @@ venv: $(VENV)/.installed
 
 bins:
 	hack/build-binaries.sh
+
+# The machine's tools a test runs for real (zsh for tests/test_completion.py),
+# from Debian's apt when missing; a test without its tool fails, never skips.
+test-tools:
+	@command -v zsh >/dev/null || { apt-get update -q && apt-get install -y -q zsh; } \
+		|| { echo "make test-tools: could not install zsh with apt-get (root and Debian's apt needed)" >&2; exit 1; }
 
 lint: venv
 	$(VENV)/bin/ruff check operator tests bench hack
@@ -61,7 +67,7 @@ krew: venv
 # TEST_WORKERS=0 runs them in this process, one after another.
 TEST_WORKERS ?= 2
 
-test: venv bins lint typecheck
+test: venv bins test-tools lint typecheck
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 cluster-up: venv bins
