@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 NODES ?= operator/ambient_operator/samples/nodes-mixed.yaml
 CLUSTER_STATE ?= .cache/cluster
 
-.PHONY: all venv bins images lint typecheck test demo cluster-up cluster-down crd docs krew bench bench-growth clean
+.PHONY: all venv bins images test-tools lint typecheck test demo cluster-up cluster-down crd docs krew bench bench-growth clean
 
 all: test
 
@@ -31,6 +31,12 @@ bins:
 # stand-ins where mcr.microsoft.com cannot be reached (the tests do).
 images: venv
 	$(PY) -m ambient_images $(if $(REGISTRY),--registry $(REGISTRY)) $(if $(ONLY),--only $(ONLY))
+
+# The machine's tools a test runs for real (zsh for tests/test_completion.py),
+# from Debian's apt when missing; a test without its tool fails, never skips.
+test-tools:
+	@command -v zsh >/dev/null || { apt-get update -q && apt-get install -y -q zsh; } \
+		|| { echo "make test-tools: could not install zsh with apt-get (root and Debian's apt needed)" >&2; exit 1; }
 
 lint: venv
 	$(VENV)/bin/ruff check operator tests bench hack
@@ -73,7 +79,7 @@ TEST_WORKERS ?= 2
 # The tests read the images' layouts (tests/test_images.py), built on stand-in
 # Windows bases unless AMBIENT_IMAGE_BASES says otherwise: mcr.microsoft.com is
 # out of reach on the machines the tests run on.
-test: venv bins lint typecheck
+test: venv bins test-tools lint typecheck
 	AMBIENT_IMAGE_BASES=$${AMBIENT_IMAGE_BASES:-stand-in} $(PY) -m ambient_images
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 

@@ -122,6 +122,8 @@ def test_a_healthy_cluster_blocks_nothing() -> None:
         "namespace-labels": ["ok"],
         "windows-pods": ["ok"],
         "bundled-images": ["ok"],
+        # The sample's WS2022 node: the Windows data plane's limits, told as info.
+        "windows-limits": ["info"],
         "webhook": ["ok"],
     }
     assert not p.blocked(findings)
@@ -428,6 +430,59 @@ def test_precheck_reads_the_operators_default_registry(
     assert by_url.asked == []
 
 
+def _aks(node: dict[str, Any]) -> dict[str, Any]:
+    node["metadata"]["labels"]["kubernetes.azure.com/cluster"] = "MC_rg_cluster_eastus"
+    return node
+
+
+def test_windows_server_2022_on_aks_with_kubernetes_1_37_warns() -> None:
+    nodes = [_aks(_node("linux-1", "linux")), _aks(_node("win-2022", "windows", WS2022))]
+    warned = [
+        f
+        for f in p.judge(_snapshot(nodes=nodes, kube_version=(1, 37), kube_version_text="v1.37.0"))
+        if f.check == "windows-limits"
+    ]
+    assert [f.level for f in warned] == ["warning", "info"]
+    assert warned[0].items == ("win-2022",)
+    assert warned[0].message.startswith(
+        "AKS does not support Windows Server 2022 with Kubernetes 1.37 or later, and this "
+        "cluster runs 1.37 (AKS release notes, 2026-06-19)"
+    )
+    assert "retires Windows Server 2022 on 2028-06-30" in warned[0].message
+    # One minor before: told, not warned; and not on another platform.
+    before = [
+        f.level
+        for f in p.judge(_snapshot(nodes=nodes, kube_version=(1, 36)))
+        if f.check == "windows-limits"
+    ]
+    assert before == ["info", "info"]
+    plain = [_node("linux-1", "linux"), _node("win-2022", "windows", WS2022)]
+    other = [
+        f.level
+        for f in p.judge(_snapshot(nodes=plain, kube_version=(1, 37)))
+        if f.check == "windows-limits"
+    ]
+    assert other == ["info"]
+
+
+def test_the_windows_limits_row_names_each_source() -> None:
+    (row,) = [f for f in p.judge(_snapshot()) if f.check == "windows-limits"]
+    assert row.message.startswith("1 Windows node(s): what the Windows data plane does not promise")
+    assert [i.split(":")[0] for i in row.items] == [
+        "enrollment on Windows is not fail-closed",
+        "the HNS L4WFPPROXY policy was reported to fail beyond about 15 pods per node "
+        "(microsoft/hcsshim#2571, on AKS Windows Server 2022)",
+        "Windows redirection is TCP and IPv4 only",
+        "Windows agents are amd64 only",
+    ]
+    linux_only = [_node("linux-1", "linux")]
+    assert [
+        (f.level, f.message)
+        for f in p.judge(_snapshot(nodes=linux_only))
+        if f.check == "windows-limits"
+    ] == [("ok", "no Windows node")]
+
+
 def test_every_check_says_when_it_blocks_and_warns() -> None:
     assert [check.name for check in p.CHECKS] == [
         "kubernetes",
@@ -446,6 +501,7 @@ def test_every_check_says_when_it_blocks_and_warns() -> None:
         "namespace-labels",
         "windows-pods",
         "bundled-images",
+        "windows-limits",
         "webhook",
     ]
     assert all(check.what and check.blocks and check.warns for check in p.CHECKS)

@@ -158,9 +158,10 @@ class WaypointEvent(StrEnum):
 
 
 class MeshEvent(StrEnum):
-    """Warning Events on the AmbientMesh that no condition carries (it is being deleted)."""
+    """Warning Events on the AmbientMesh that no condition carries."""
 
     ORPHAN_FAILED = "OrphanFailed"
+    WINDOWS_POD_LIMIT = "WindowsPodLimitExceeded"
 
 
 class PodEvent(StrEnum):
@@ -878,6 +879,19 @@ MESH_EVENTS = Table(
             "Fix what the message names (often RBAC: the operator's chart grants it); to give "
             "up keeping the agents, remove the finalizer and they are garbage-collected with "
             "the AmbientMesh.",
+            "AmbientMesh",
+        ),
+        Row(
+            MeshEvent.WINDOWS_POD_LIMIT,
+            "A Windows node holds more enrolled pods than "
+            "`spec.platforms.windows.enrolledPodsPerNodeLimit` (15 unless set). The HNS "
+            "L4WFPPROXY policy that redirects each Windows pod was reported to fail beyond about "
+            "15 pods per node (microsoft/hcsshim#2571), although the HNS call succeeds: a pod "
+            "whose policy failed bypasses ztunnel without an error. The message names the "
+            "nodes; `status.windows.nodesOverPodLimit` counts them.",
+            "Spread the enrolled Windows pods over more nodes (a lower `maxPods` on the Windows "
+            "node pool, or a topology spread constraint), or raise the limit once your nodes "
+            "are known to hold more ([windows-support.md](windows-support.md)).",
             "AmbientMesh",
         ),
     ),

@@ -559,6 +559,15 @@ class WindowsPlatform(ApiModel):
         description="CNI binary directory on Windows nodes. Unset: the platform's; Azure "
         "CNI's C:\\k\\azurecni\\bin on AKS and when no platform is known.",
     )
+    enrolled_pods_per_node_limit: int = Field(
+        default=15,
+        ge=1,
+        le=10000,
+        description="A Windows node with more enrolled pods than this gets a Warning Event "
+        "on the AmbientMesh and is counted in status.windows: the HNS L4WFPPROXY policy that "
+        "redirects each pod was reported to fail beyond about 15 pods per node "
+        "(microsoft/hcsshim#2571), and a pod whose policy failed bypasses ztunnel.",
+    )
 
 
 # Kubernetes platforms whose node paths and policies the agents follow
@@ -1305,6 +1314,26 @@ class RevisionStatus(ApiModel):
     )
 
 
+class WindowsStatus(ApiModel):
+    """What the Windows data plane does not promise, with sources; set while Windows nodes
+    run the agents."""
+
+    limits: Annotated[list[Annotated[str, Field(max_length=512)]], Field(max_length=8)] = Field(
+        default=[],
+        description="Each reported limit of the Windows data plane, with its source "
+        "(docs/windows-support.md).",
+    )
+    pod_limit: int = Field(
+        default=15, description="spec.platforms.windows.enrolledPodsPerNodeLimit."
+    )
+    nodes_over_pod_limit: int = Field(
+        default=0, description="Windows nodes with more enrolled pods than podLimit."
+    )
+    example_nodes_over_pod_limit: Annotated[
+        list[Annotated[str, Field(max_length=512)]], Field(max_length=5)
+    ] = Field(default=[], description="The first of them in name order, with their count.")
+
+
 class AmbientMeshStatus(ApiModel):
     """What the operator observed and did."""
 
@@ -1332,6 +1361,11 @@ class AmbientMeshStatus(ApiModel):
         description="Set while agent DaemonSets keep the pod template they run instead of the "
         "render (after an operator upgrade, or a take-over): nothing restarts until the "
         "AmbientMesh changes or the user approves (docs/upgrades.md).",
+    )
+    windows: WindowsStatus | None = Field(
+        default=None,
+        description="Set while Windows nodes run the agents: the Windows data plane's "
+        "reported limits, and the nodes past its pod limit.",
     )
 
 

@@ -103,11 +103,12 @@ from ambient_operator.status.components import (
     ready_verdict,
     transitions,
 )
-from ambient_operator.status.held import held_message, held_status
+from ambient_operator.status.held import held_message, held_platforms, held_status
 from ambient_operator.status.platform import platform_status
 from ambient_operator.status.revisions import revisions_status
 from ambient_operator.status.schema import status_for
 from ambient_operator.status.versions import rollout_message, version_status
+from ambient_operator.status.windows import pod_limit_message, windows_status
 from ambient_operator.status.writer import write_status
 
 log = logging.getLogger(__name__)
@@ -185,8 +186,8 @@ class DataplaneController(DataplaneMoves):
         """The opt-in removal of nodes' readiness taints (controllers/node_readiness.py)."""
         return NodeReadinessGate(self.state, self.kube)
 
-    # The version TEMPLATE_BY records (apply/held.py).
-    version = c.operator_version() or "unknown"
+    # What TEMPLATE_BY records (apply/held.py): the version and a digest of the code.
+    version = c.operator_build()
 
     @functools.cached_property
     def memo(self) -> PassMemo:
@@ -336,13 +337,21 @@ class DataplaneController(DataplaneMoves):
             platform=platform_status(choice),
             inventory=result.inventory(),
             held=held,
-            held_message=held_message(held, [p.platform for p in result.rollout.platforms]),
+            held_message=held_message(
+                held,
+                [p.platform for p in result.rollout.platforms],
+                {
+                    p.platform: p.why
+                    for p in result.rollout.platforms
+                    if p.state == "rolling" and not p.settling
+                },
+            ),
             node_readiness=gated,
             problems=(*self.problems(spec, result), *gate_problems),
         )
         outcome.held = last.held_message
         adoption = adoption_status(takeover, ours, result.objects)
-        outcome.as_is = as_is_message(adoption, spec.namespace)
+        outcome.as_is = as_is_message(adoption, spec.namespace, held=held is not None)
         await self._finish(mesh, previous, last, ours, outcome, adoption, nodes=True)
         # A status-only pass may follow only a pass that left nothing to do:
         # no write failed or was refused, no move or take-over is under way
@@ -411,7 +420,9 @@ class DataplaneController(DataplaneMoves):
             last.chosen,
             previous.versions if previous is not None else None,
         )
-        outcome.rollout = rollout_message(result.rollout, last.chosen, versions)
+        outcome.rollout = rollout_message(
+            result.rollout, last.chosen, versions, held_platforms(last.held)
+        )
         reconciled = outcome.verdict(len(result.objects))
         if reconciled.status != "True":
             metrics.RECONCILE_ERRORS.labels(controller=CONTROLLER, reason=reconciled.reason).inc()
@@ -434,9 +445,19 @@ class DataplaneController(DataplaneMoves):
             adoption=adoption,
             held=last.held,
             revisions=self._revisions(spec),
+            windows=windows_status(
+                spec,
+                (v.node for v in result.verdicts if v.os == "windows" and v.supported),
+                self.state.tally.windows_pods_by_node(),
+            ),
         )
         self._export_metrics(result if nodes else None, status.enrollment)
         await self._write_status(mesh, previous, status)
+        crowded = pod_limit_message(status.windows) if status.windows else None
+        if crowded and not self.events.told(mesh, MeshEvent.WINDOWS_POD_LIMIT, crowded):
+            await asyncio.to_thread(
+                self.events.post, mesh, "Warning", MeshEvent.WINDOWS_POD_LIMIT, crowded
+            )
 
     def _revisions(self, spec: AmbientMeshSpec) -> list[RevisionStatus]:
         """status.revisions from the caches (status/revisions.py), again only when its
@@ -704,6 +725,7 @@ class DataplaneController(DataplaneMoves):
             adoption=keep.adoption,
             held=keep.held,
             revisions=keep.revisions,
+            windows=keep.windows,
         )
         # Nothing was changed: the DaemonSets are as ready as they were.
         status = status.model_copy(update={"ready_components": keep.ready_components})

@@ -50,6 +50,7 @@ from ambient_operator.status.adoption import pending_roll
 from ambient_operator.status.components import istiod_trust, trust_message
 from ambient_operator.status.held import approve_command, per_platform
 from ambient_operator.status.versions import older_patch
+from ambient_operator.status.windows import LIMITS as WINDOWS_LIMITS
 
 GATEWAY_API_GROUP = "gateway.networking.k8s.io"
 GATEWAY_API_CRDS = (f"gatewayclasses.{GATEWAY_API_GROUP}", f"gateways.{GATEWAY_API_GROUP}")
@@ -689,6 +690,57 @@ def _bundled_images(snap: Snapshot) -> list[Finding]:
     )
 
 
+# AKS release notes of 2026-06-19 (github.com/Azure/AKS/releases/tag/2026-06-19):
+# Windows Server 2022 is not supported with Kubernetes 1.37 and above, and retires
+# on 2028-06-30 (no new node images or patches, no new node pools).
+AKS_WS2022_LAST_MINOR = 36
+AKS_WS2022_RETIRES = "2028-06-30"
+
+
+def _windows_limits(snap: Snapshot) -> list[Finding]:
+    facts, _ = snap.node_facts()
+    windows = [n for n in facts if n.os == "windows"]
+    if not windows:
+        return _one("windows-limits", OK, "no Windows node")
+    out: list[Finding] = []
+    platform = snap.spec.platform
+    aks = (platform == "aks") or (
+        platform == "auto" and detect_platform(snap.nodes).platform == "aks"
+    )
+    ws2022 = sorted(n.name for n in windows if n.build == c.BUILD_WS2022)
+    if aks and ws2022:
+        version = snap.kube_version
+        source = "AKS release notes, 2026-06-19"
+        if version is not None and version >= (1, AKS_WS2022_LAST_MINOR + 1):
+            out += _one(
+                "windows-limits",
+                WARNING,
+                f"AKS does not support Windows Server 2022 with Kubernetes "
+                f"1.{AKS_WS2022_LAST_MINOR + 1} or later, and this cluster runs "
+                f"{version[0]}.{version[1]} ({source}): move these nodes to a Windows Server "
+                f"2025 node pool; AKS retires Windows Server 2022 on {AKS_WS2022_RETIRES}",
+                ws2022,
+            )
+        else:
+            out += _one(
+                "windows-limits",
+                INFO,
+                f"AKS retires Windows Server 2022 on {AKS_WS2022_RETIRES} and does not offer "
+                f"it with Kubernetes 1.{AKS_WS2022_LAST_MINOR + 1} or later ({source}): plan "
+                "these nodes' move to Windows Server 2025 before either",
+                ws2022,
+            )
+    limit = snap.spec.platforms.windows.enrolled_pods_per_node_limit
+    out += _one(
+        "windows-limits",
+        INFO,
+        f"{len(windows)} Windows node(s): what the Windows data plane does not promise "
+        f"(status.windows; more than {limit} enrolled pods on a node is warned of)",
+        list(WINDOWS_LIMITS),
+    )
+    return out
+
+
 def _webhook(snap: Snapshot) -> list[Finding]:
     hook = snap.webhook
     if not hook.configured:
@@ -850,6 +902,16 @@ CHECKS: tuple[Check, ...] = (
         "One that is unset or a placeholder under Istio's hub while Windows nodes get the "
         "agents (named, with the command that builds it and the field to set).",
         _bundled_images,
+    ),
+    Check(
+        "windows-limits",
+        "Windows nodes against the Windows data plane's reported limits, each with its "
+        "source: enrollment that is not fail-closed, about 15 pods per node, TCP and IPv4 "
+        "only, amd64 only; and Windows Server 2022 nodes on AKS, which AKS does not support "
+        "with Kubernetes 1.37 or later and retires on 2028-06-30.",
+        "Never.",
+        "Windows Server 2022 nodes on AKS with Kubernetes 1.37 or later.",
+        _windows_limits,
     ),
     Check(
         "webhook",
