@@ -354,12 +354,13 @@ def _bases_env() -> dict[str, str]:
 
 def test_two_builds_give_the_same_digests(tmp_path: Path) -> None:
     first = json.loads((OUT / "images.json").read_text())
-    # From nothing: a cache of its own, so pause, sample-app and the stand-in
-    # bases are compiled and made again, and every layer is written again.
+    # From nothing: caches of its own (ours and Go's), so pause, sample-app and
+    # the stand-in bases are compiled and made again, and every layer is written again.
     again = _make_images(
         tmp_path / "out",
         "pause,sample-app,redirection-wait",
         AMBIENT_BIN_CACHE=str(tmp_path / "cache"),
+        GOCACHE=str(tmp_path / "go-build"),
         **_bases_env(),
     )
     # The operator from the shared cache (its Debian root and wheels): the
