@@ -15,11 +15,16 @@ On the session's control plane, as a platform team would do it:
   through two passes and an operator restart, the Windows agents appear, and
   the audit log shows writes only to the releases' objects and the
   operator's own.
+- `helm uninstall` of a release taken over, typed out of habit, is refused
+  for every object taken by the chart's ValidatingAdmissionPolicy, whose
+  warning names docs/migration.md's command; every agent stays.
 - Helm is made to forget the releases with the command docs/migration.md
-  gives, run by the real kubectl; `helm uninstall` then deletes nothing.
+  gives, run by the real kubectl; `helm uninstall` then deletes nothing. With
+  `adoption.enabled` off again, a restarted operator keeps what it took.
 - The way back: `deletionPolicy: Orphan`, the AmbientMesh deleted, every pod
-  keeps its UID, the objects carry nothing of ours, and the real `helm
-  install --take-ownership` of Istio's charts takes them without a restart.
+  keeps its UID, the objects carry nothing of ours, the real `helm
+  install --take-ownership` of Istio's charts takes them without a restart,
+  and docs/uninstall.md's commands delete the Windows objects left behind.
 
 Every expected value is literal, read from the cluster before the change, or
 what the real helm prints.

@@ -21,6 +21,7 @@ Helm repository, by the same chart from the pinned module.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -40,11 +41,18 @@ from chart_helpers import _helm_home, helm
 from conftest import BIN_DIR, REPO_ROOT, ignoring, own_cluster, wait_for
 from operator_harness import RunningOperator, free_port, webhook_args
 from test_chart_rbac import SCOPE_FLAGS
-from test_docs_commands import INSTALLATION, documented, section, sh_blocks
+from test_docs_commands import INSTALLATION, documented, kubectl, section, sh_blocks
 
 UNINSTALL = REPO_ROOT / "docs" / "uninstall.md"
 RELEASE_NAMESPACE = "ambient-operator"
 ISTIOD_CHART = "istio/istiod"
+# The charts of Istio's Helm repository the pages name, and the same charts of the pin.
+ISTIO_CHARTS = {
+    ISTIOD_CHART: "istio-discovery",
+    "istio/ztunnel": "ztunnel",
+    "istio/cni": "istio-cni",
+}
+MIGRATION = REPO_ROOT / "docs" / "migration.md"
 GROUP, VERSION, PLURAL = c.API_GROUP, c.API_VERSION, c.PLURAL
 TIMEOUT = 180.0
 
@@ -61,16 +69,20 @@ def api(path_cluster: LocalCluster) -> Iterator[client.ApiClient]:
         yield api
 
 
-def run_block(cluster: LocalCluster, block: str) -> subprocess.CompletedProcess[str]:
+def run_block(
+    cluster: LocalCluster, block: str, cwd: Path = REPO_ROOT
+) -> subprocess.CompletedProcess[str]:
     """One fenced sh block of a page, as a user would paste it into bash."""
     home = _helm_home()
     path = os.pathsep.join([str(BIN_DIR), str(Path(sys.executable).parent), os.environ["PATH"]])
-    script = block.replace(f"{ISTIOD_CHART} ", f"{charts_dir() / 'istio-discovery'} ")
+    script = block
+    for placeholder, chart in ISTIO_CHARTS.items():
+        script = script.replace(f"{placeholder} ", f"{charts_dir() / chart} ")
     return subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script],
         capture_output=True,
         text=True,
-        cwd=REPO_ROOT,
+        cwd=cwd,
         env={
             **os.environ,
             "PATH": path,
@@ -84,8 +96,8 @@ def run_block(cluster: LocalCluster, block: str) -> subprocess.CompletedProcess[
     )
 
 
-def run_ok(cluster: LocalCluster, block: str) -> str:
-    done = run_block(cluster, block)
+def run_ok(cluster: LocalCluster, block: str, cwd: Path = REPO_ROOT) -> str:
+    done = run_block(cluster, block, cwd)
     assert done.returncode == 0, f"{block}\nstdout: {done.stdout}\nstderr: {done.stderr}"
     return done.stdout
 
@@ -98,7 +110,9 @@ def istiod_trust(api: client.ApiClient) -> str:
     return str(value)
 
 
-def the_operator(cluster: LocalCluster, api: client.ApiClient, workdir: Path) -> RunningOperator:
+def the_operator(
+    cluster: LocalCluster, api: client.ApiClient, workdir: Path, *extra: str
+) -> RunningOperator:
     """The operator as the chart's Deployment runs it: its ServiceAccount, its scope flags.
 
     The webhook is served on loopback (a kwok pod serves nothing), which the
@@ -113,7 +127,7 @@ def the_operator(cluster: LocalCluster, api: client.ApiClient, workdir: Path) ->
     return RunningOperator(
         cluster,
         workdir,
-        extra_args=[*args, *webhook_args(free_port(), RELEASE_NAMESPACE)],
+        extra_args=[*args, *webhook_args(free_port(), RELEASE_NAMESPACE), *extra],
         kubeconfig=cluster.serviceaccount_kubeconfig(RELEASE_NAMESPACE, pod.service_account_name),
     )
 
@@ -396,13 +410,137 @@ def test_an_orphan_mesh_without_its_operator_ends_with_the_documented_patch(
     ]
     run_ok(cluster, patch)
     wait_for(lambda: read_mesh(api) is None, TIMEOUT, "the AmbientMesh gone")
-    # "the garbage collector then deletes every agent it still owns"
-    wait_for(
-        lambda: (
-            not apps.list_namespaced_daemon_set(
-                "istio-system", label_selector=f"app.kubernetes.io/managed-by={c.MANAGED_BY}"
-            ).items
-        ),
-        TIMEOUT,
-        "the agents deleted by the garbage collector",
+    # "the garbage collector then deletes every agent it still owns": all but the CRD.
+    crd = {f"CustomResourceDefinition {PLURAL}.{GROUP}"}
+    wait_for(lambda: ours(api) == crd, TIMEOUT, "everything the mesh owned deleted")
+
+
+# -- migration.md, as written ---------------------------------------------------------------------
+
+
+RAN: list[str] = []
+
+
+def _block(page: Path, heading: str, start: str) -> str:
+    """The one sh block of a section that starts so (noted as run, for the count)."""
+    (found,) = [b for b in sh_blocks(section(page, heading)) if b.startswith(start)]
+    RAN.append(found)
+    return found
+
+
+def _reconciled(api: client.ApiClient, reason: str) -> dict[str, Any] | None:
+    mesh = read_mesh(api)
+    if mesh is None:
+        return None
+    cond = condition(mesh, "Reconciled")
+    current = cond.get("observedGeneration") == mesh["metadata"]["generation"]
+    return cond if current and cond.get("reason") == reason else None
+
+
+def _helm_pods(api: client.ApiClient) -> dict[str, str]:
+    """The Linux agents' pods of the DaemonSets Istio's charts made, name to UID."""
+    out = {}
+    for pod in client.CoreV1Api(api).list_namespaced_pod("istio-system").items:
+        refs = pod.metadata.owner_references or []
+        if any(r.name in ("ztunnel", "istio-cni-node") for r in refs):
+            out[pod.metadata.name] = pod.metadata.uid
+    return out
+
+
+def _windows_objects(api: client.ApiClient) -> set[str]:
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    found = _names(apps.list_namespaced_daemon_set("istio-system").items, "DaemonSet", True)
+    found |= _names(core.list_namespaced_config_map("istio-system").items, "ConfigMap", True)
+    found |= _names(
+        core.list_namespaced_service_account("istio-system").items, "ServiceAccount", True
+    )
+    return {name for name in found if "windows" in name}
+
+
+def _releases(cluster: LocalCluster) -> dict[str, str]:
+    done = helm("list", "-A", "-a", "-o", "json", kubeconfig=cluster.kubeconfig)
+    assert done.returncode == 0, done.stderr
+    return {r["name"]: r["status"] for r in json.loads(done.stdout)}
+
+
+def test_the_take_over_and_the_way_back_as_migration_md_says(
+    path_cluster: LocalCluster, api: client.ApiClient, tmp_path: Path
+) -> None:
+    cluster = path_cluster
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "charts").symlink_to(REPO_ROOT / "charts")  # the pages' charts/ambient-operator
+    with ignoring(409):
+        client.CoreV1Api(api).create_namespace({"metadata": {"name": "istio-system"}})
+    # What the user runs today: Istio's ztunnel and istio-cni charts.
+    for release, chart in (("ztunnel", "ztunnel"), ("istio-cni", "istio-cni")):
+        done = helm(
+            "install", release, str(charts_dir() / chart), "-n", "istio-system",
+            "--set", "profile=ambient", kubeconfig=cluster.kubeconfig,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    wait_for(lambda: len(_helm_pods(api)) == 6, TIMEOUT, "Helm's agents on the 3 Linux nodes")
+    pods = _helm_pods(api)
+    # installation.md's install, then the operator as its Deployment runs it.
+    run_ok(cluster, sh_blocks(section(INSTALLATION, "With Helm"))[0], work)
+    operator = the_operator(cluster, api, tmp_path / "operator", "--resync-seconds", "5")
+    operator.start()
+    try:
+        for start in ("helm get values", "ambient-operator import-values", "kubectl apply"):
+            run_ok(cluster, _block(MIGRATION, "Moving over", start), work)
+        # Without adoption.enabled: refused, by the value's name, and nothing taken.
+        refused = wait_for(
+            lambda: _reconciled(api, "AdoptionRefused"), TIMEOUT, "Reconciled AdoptionRefused"
+        )
+        assert "adoption.enabled=true" in refused["message"], refused["message"]
+        assert _helm_pods(api) == pods
+        ztunnel = client.AppsV1Api(api).read_namespaced_daemon_set("ztunnel", "istio-system")
+        assert not ztunnel.metadata.owner_references
+        # The page's "Before you start": the value on, and the take-over happens.
+        run_ok(
+            cluster, _block(MIGRATION, "Before you start", "helm upgrade ambient-operator"), work
+        )
+        wait_for(lambda: _reconciled(api, "AdoptedAsIs"), TIMEOUT, "Reconciled AdoptedAsIs")
+        wait_for(lambda: _windows_objects(api), TIMEOUT, "the Windows agents")
+        assert _helm_pods(api) == pods
+        # Step 4: Helm forgets the releases, then the value goes off again.
+        run_ok(cluster, _block(MIGRATION, "Moving over", "kubectl delete secret"), work)
+        # The ClusterRoles left with Helm, with the page's command; the agents keep theirs
+        # (the operator's chart grants istio-cni the same).
+        argv = documented(MIGRATION, "kubectl delete clusterrole,clusterrolebinding -l")
+        done = kubectl(cluster, argv)
+        assert done.returncode == 0, done.stderr
+        assert "istio-cni" in done.stdout, done.stdout
+        run_ok(cluster, _block(MIGRATION, "Moving over", "helm upgrade ambient-operator"), work)
+        assert "ztunnel" not in _releases(cluster) and "istio-cni" not in _releases(cluster)
+        role = client.RbacAuthorizationV1Api(api).read_namespaced_role(
+            "ambient-operator-agents", "istio-system"
+        )
+        assert not [r for r in role.rules if "secrets" in r.resources]
+        operator.stop()
+        operator.start()
+        wait_for(lambda: _reconciled(api, "AdoptedAsIs"), TIMEOUT, "AdoptedAsIs after a restart")
+        assert _helm_pods(api) == pods
+        # Going back: Orphan, the mesh deleted, Istio's charts take the agents back.
+        windows = _windows_objects(api)
+        assert "ServiceAccount istio-system/ztunnel-windows" in windows
+        run_ok(cluster, _block(MIGRATION, "Going back to Istio's charts", "kubectl patch"), work)
+        run_ok(cluster, _block(MIGRATION, "Going back to Istio's charts", "kubectl delete"), work)
+        wait_for(lambda: read_mesh(api) is None, TIMEOUT, "the AmbientMesh deleted")
+    finally:
+        operator.stop()
+    run_ok(cluster, _block(MIGRATION, "Going back to Istio's charts", "helm install"), work)
+    assert {k: v for k, v in _releases(cluster).items() if k in ("ztunnel", "istio-cni")} == {
+        "ztunnel": "deployed",
+        "istio-cni": "deployed",
+    }
+    assert _helm_pods(api) == pods
+    assert _windows_objects(api) == windows
+    run_ok(cluster, _block(UNINSTALL, "After the way back", "kubectl delete"), work)
+    wait_for(lambda: not _windows_objects(api), TIMEOUT, "the way back's leftovers deleted")
+    assert _helm_pods(api) == pods
+    assert "Traceback" not in operator.log_text(), operator.log_tail(60)
+    # Every command block of migration.md ran, once.
+    assert sorted(b for b in RAN if b in sh_blocks(MIGRATION.read_text())) == sorted(
+        sh_blocks(MIGRATION.read_text())
     )
