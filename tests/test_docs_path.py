@@ -15,8 +15,12 @@ Helm repository, by the same chart from the pinned module.
   is left, checked kind by kind against literal lists (what there was before,
   and nothing after), and istiod trusts `ztunnel` alone.
 - uninstall.md, "When the AmbientMesh waits for ever": with
-  `deletionPolicy: Orphan` and no operator, the documented patch ends the
-  deletion, and the agents go as the page says.
+  `deletionPolicy: Orphan` and no operator the deletion waits; the operator
+  started again lets go of the agents and ends it, and the documented patch
+  ends it with the agents deleted, as the page says.
+- migration.md, every command block of it: Istio's charts taken over
+  (refused until `adoption.enabled`), forgotten, the value off again, and the
+  way back with uninstall.md's commands for its leftovers.
 """
 
 from __future__ import annotations
@@ -365,16 +369,9 @@ def test_install_as_the_page_says_then_uninstall_leaves_nothing(
     assert "Traceback" not in operator.log_text(), operator.log_tail(60)
 
 
-def test_an_orphan_mesh_without_its_operator_ends_with_the_documented_patch(
-    path_cluster: LocalCluster, api: client.ApiClient, tmp_path: Path
-) -> None:
-    cluster = path_cluster
-    apply_dirs(api, [REPO_ROOT / "crds"], timeout=60)
+def _pending_orphan_mesh(api: client.ApiClient, operator: RunningOperator) -> None:
+    """An Orphan AmbientMesh with its agents, deleted after its operator stopped."""
     custom, apps = client.CustomObjectsApi(api), client.AppsV1Api(api)
-    with ignoring(409):
-        client.CoreV1Api(api).create_namespace({"metadata": {"name": "istio-system"}})
-    operator = RunningOperator(cluster, tmp_path / "operator")
-    (tmp_path / "operator").mkdir()
     spec = {"namespace": "istio-system", "deletionPolicy": "Orphan"}
     with operator.running():
         custom.create_cluster_custom_object(
@@ -403,6 +400,45 @@ def test_an_orphan_mesh_without_its_operator_ends_with_the_documented_patch(
     assert pending is not None and pending["metadata"].get("deletionTimestamp"), pending
     assert pending["metadata"]["finalizers"] == ["ambientoperator.io/orphan-agents"]
 
+
+def test_an_orphan_mesh_without_its_operator_ends_as_uninstall_md_says(
+    path_cluster: LocalCluster, api: client.ApiClient, tmp_path: Path
+) -> None:
+    cluster = path_cluster
+    apply_dirs(api, [REPO_ROOT / "crds"], timeout=60)
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    with ignoring(409):
+        core.create_namespace({"metadata": {"name": "istio-system"}})
+    operator = RunningOperator(cluster, tmp_path / "operator")
+    (tmp_path / "operator").mkdir()
+    crd = {f"CustomResourceDefinition {PLURAL}.{GROUP}"}
+
+    # "To keep the agents running, install the operator again": it lets go, the deletion ends.
+    _pending_orphan_mesh(api, operator)
+    with operator.running():
+        wait_for(lambda: read_mesh(api) is None, TIMEOUT, "the AmbientMesh gone")
+    ztunnel = apps.read_namespaced_daemon_set("ztunnel", "istio-system")
+    assert not ztunnel.metadata.owner_references
+    # Nothing of ours any more: the agents are orphaned, no longer the operator's.
+    assert ours(api) == crd
+    platform = "ambientoperator.io/platform"
+    for delete in (
+        apps.delete_collection_namespaced_daemon_set,
+        core.delete_collection_namespaced_config_map,
+        core.delete_collection_namespaced_service_account,
+    ):
+        delete("istio-system", label_selector=platform)
+    rbac = client.RbacAuthorizationV1Api(api)
+    rbac.delete_collection_cluster_role(label_selector=platform)
+    rbac.delete_collection_cluster_role_binding(label_selector=platform)
+    wait_for(
+        lambda: not apps.list_namespaced_daemon_set("istio-system").items,
+        TIMEOUT,
+        "the orphaned agents deleted",
+    )
+
+    # "To remove the agents too", the documented patch.
+    _pending_orphan_mesh(api, operator)
     (patch,) = [
         b
         for b in sh_blocks(section(UNINSTALL, "When the AmbientMesh waits for ever"))
@@ -411,8 +447,8 @@ def test_an_orphan_mesh_without_its_operator_ends_with_the_documented_patch(
     run_ok(cluster, patch)
     wait_for(lambda: read_mesh(api) is None, TIMEOUT, "the AmbientMesh gone")
     # "the garbage collector then deletes every agent it still owns": all but the CRD.
-    crd = {f"CustomResourceDefinition {PLURAL}.{GROUP}"}
     wait_for(lambda: ours(api) == crd, TIMEOUT, "everything the mesh owned deleted")
+    assert "Traceback" not in operator.log_text(), operator.log_tail(60)
 
 
 # -- migration.md, as written ---------------------------------------------------------------------
