@@ -27,7 +27,7 @@ from kubernetes import client
 
 from chart_helpers import CHART, helm
 from conftest import ignoring, wait_for
-from test_docs_commands import INSTALLATION, documented, section_commands
+from test_docs_commands import INSTALLATION, documented, kubectl, section_commands
 
 # The value groups the previous chart did not have (git show 997120c^:charts/...).
 NEWEST = ("adoption", "istioCniRepair", "multus")
@@ -141,7 +141,12 @@ def test_the_documented_upgrade_from_the_previous_chart(
     assert "Upgrade with --reset-then-reuse-values instead" in done.stderr
     assert "nil pointer" not in done.stderr
 
-    # The documented command: the user's values kept, the new chart's defaults added.
+    # The documented order: the chart's CRD first ("Helm does not upgrade CRDs"), then
+    # the documented command: the user's values kept, the new chart's defaults added.
+    crds = documented(INSTALLATION, "kubectl apply --server-side --force-conflicts -f charts/")
+    done = kubectl(cluster, crds)
+    assert done.returncode == 0, done.stderr
+    assert "ambientmeshes.ambientoperator.io serverside-applied" in done.stdout, done.stdout
     done = helm(*argv, kubeconfig=cluster.kubeconfig)
     assert done.returncode == 0, done.stderr
     after = _values(cluster, release, namespace)
