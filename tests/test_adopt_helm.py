@@ -15,11 +15,16 @@ On the session's control plane, as a platform team would do it:
   through two passes and an operator restart, the Windows agents appear, and
   the audit log shows writes only to the releases' objects and the
   operator's own.
+- `helm uninstall` of a release taken over, typed out of habit, is refused
+  for every object taken by the chart's ValidatingAdmissionPolicy, whose
+  warning names docs/migration.md's command; every agent stays.
 - Helm is made to forget the releases with the command docs/migration.md
-  gives, run by the real kubectl; `helm uninstall` then deletes nothing.
+  gives, run by the real kubectl; `helm uninstall` then deletes nothing. With
+  `adoption.enabled` off again, a restarted operator keeps what it took.
 - The way back: `deletionPolicy: Orphan`, the AmbientMesh deleted, every pod
-  keeps its UID, the objects carry nothing of ours, and the real `helm
-  install --take-ownership` of Istio's charts takes them without a restart.
+  keeps its UID, the objects carry nothing of ours, the real `helm
+  install --take-ownership` of Istio's charts takes them without a restart,
+  and docs/uninstall.md's commands delete the Windows objects left behind.
 
 Every expected value is literal, read from the cluster before the change, or
 what the real helm prints.
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import subprocess
 import sys
 import uuid
@@ -50,15 +56,18 @@ from ambient_operator.api import constants as c
 from ambient_operator.cluster.helm_releases import ReleaseObject, read_releases
 from ambient_operator.kube.client import Kube
 from ambient_operator.kube.credentials import load_credentials
-from conftest import BIN_DIR, REPO_ROOT, unique_name, wait_for
+from chart_helpers import template
+from conftest import BIN_DIR, REPO_ROOT, ignoring, unique_name, wait_for
 from operator_harness import WRITE_VERBS, AuditLog, RunningOperator, full_passes_finished
 from test_chart_rbac import Identity, chart_identity
-from test_docs_commands import documented
+from test_docs_commands import documented, kubectl, section, sh_blocks
 
 AGENTS = unique_name("helm-agents")
 VALUES = REPO_ROOT / "tests" / "data" / "helm-values" / "round-trip"
 VALUES_FILE = VALUES / "multi-cluster-private-registry.yaml"
 MIGRATION = REPO_ROOT / "docs" / "migration.md"
+UNINSTALL = REPO_ROOT / "docs" / "uninstall.md"
+GUARD_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 # Istio's charts by release name (docs/migration.md uses these names).
 RELEASES = {"ztunnel": "ztunnel", "istio-cni": "istio-cni"}
 AGENT_DAEMONSETS = ("ztunnel", "istio-cni-node")
@@ -267,7 +276,7 @@ def install(
     spec = json.loads(imported.stdout)["spec"]
     spec.setdefault("platforms", {}).setdefault("windows", {})["enabled"] = True
     values = {"agents": {"namespaces": [AGENTS]}, "adoption": {"enabled": True}}
-    with chart_identity(cluster, k8s, values) as identity:
+    with chart_identity(cluster, k8s, values) as identity, adoption_guard(k8s, identity):
         audit = AuditLog(cluster.audit_log)
         op = RunningOperator(
             cluster,
@@ -292,6 +301,56 @@ def install(
             if original is not None:
                 create_mesh(k8s, original.get("spec") or {})
     assert "Traceback" not in op.log_text(), op.log_tail(80)
+
+
+@contextlib.contextmanager
+def adoption_guard(k8s: client.ApiClient, identity: Identity) -> Iterator[None]:
+    """The chart's guard of taken-over objects, for the identity's ServiceAccount, in force.
+
+    In force once a dry-run delete of a taken-over ConfigMap by the admin is
+    refused: the API server loads policies a moment after they are created.
+    """
+    values = {"serviceAccount": {"name": identity.service_account}}
+    guard = [
+        o
+        for o in template(values, release=unique_name("guard"), namespace=identity.namespace)
+        if o["kind"] in GUARD_KINDS
+    ]
+    policy, *bindings = guard
+    assert [o["kind"] for o in guard] == [GUARD_KINDS[0], GUARD_KINDS[1], GUARD_KINDS[1]]
+    assert [b["spec"]["validationActions"] for b in bindings] == [["Deny"], ["Warn"]]
+    admission = client.AdmissionregistrationV1Api(k8s)
+    core = client.CoreV1Api(k8s)
+    admission.create_validating_admission_policy(policy)
+    for binding in bindings:
+        admission.create_validating_admission_policy_binding(binding)
+    probe = {
+        "metadata": {
+            "name": unique_name("guard-probe"),
+            "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY},
+            "annotations": {c.ADOPTED_FROM: "probe"},
+        }
+    }
+    core.create_namespaced_config_map(identity.namespace, probe)
+
+    def refused() -> bool:
+        try:
+            core.delete_namespaced_config_map(
+                probe["metadata"]["name"], identity.namespace, dry_run="All"
+            )
+        except ApiException as exc:
+            return exc.status == 403
+        return False
+
+    try:
+        wait_for(refused, TIMEOUT, "the guard refusing a taken-over object's deletion")
+        yield
+    finally:
+        for binding in bindings:
+            with ignoring(404):
+                admission.delete_validating_admission_policy_binding(binding["metadata"]["name"])
+        with ignoring(404):
+            admission.delete_validating_admission_policy(policy["metadata"]["name"])
 
 
 def _release_objects(cluster: LocalCluster, release: str) -> set[ReleaseObject]:
@@ -432,8 +491,6 @@ def take_over(install: Install, k8s: client.ApiClient) -> dict[str, Any]:
 def forget_releases(install: Install) -> None:
     """Helm made to forget both releases, by the command docs/migration.md gives (its
     namespace swapped for the test's); once done, again is a no-op."""
-    from test_docs_commands import kubectl
-
     for release in RELEASES:
         argv = documented(
             MIGRATION, f"kubectl delete secret -n istio-system -l owner=helm,name={release}"
@@ -541,6 +598,41 @@ def test_the_take_over_restarts_no_agent(install: Install, k8s: client.ApiClient
     assert not [w for w in install.audit.writes(since, user=install.identity.user) if "rbac" in w]
 
 
+def test_helm_uninstall_out_of_habit_is_refused_and_every_agent_stays(
+    install: Install, k8s: client.ApiClient
+) -> None:
+    """`helm uninstall` of a release taken over: the chart's guard refuses its objects."""
+    take_over(install, k8s)
+    before = uids(k8s)
+    taken = {k: v for k, v in before.items() if k[1] in ("istio-cni-node", "istio-cni-config")}
+    assert sorted(taken) == [("ConfigMap", "istio-cni-config"), ("DaemonSet", "istio-cni-node")]
+    done = helm(
+        "uninstall", "istio-cni", "--namespace", AGENTS, kubeconfig=install.cluster.kubeconfig
+    )
+    assert done.returncode != 0, done.stdout
+    for name in (
+        "DaemonSet " + AGENTS + "/istio-cni-node",
+        "ConfigMap " + AGENTS + "/istio-cni-config",
+    ):
+        # Helm says only that the deletion failed; the guard's warning says why and what to do.
+        assert (
+            f"{name} was taken over from the Helm release istio-cni by ambient-operator"
+            in done.stderr
+        ), done.stderr
+    assert "Error: failed to delete release: istio-cni" in done.stderr
+    # The command the message names is the one docs/migration.md gives, in this namespace.
+    page = documented(
+        MIGRATION, "kubectl delete secret -n istio-system -l owner=helm,name=istio-cni"
+    )
+    forget = " ".join(AGENTS if a == "istio-system" else a for a in page)
+    assert f"make Helm forget the release instead: {forget} " in done.stderr, done.stderr
+    # Every agent object and pod is as it was.
+    assert uids(k8s) == before
+    assert agent_pods(k8s) == install.pods
+    assert running(k8s, install.pods)
+    assert revisions(k8s) == install.revisions
+
+
 def test_helm_forgets_the_releases_and_uninstall_deletes_nothing(
     install: Install, k8s: client.ApiClient
 ) -> None:
@@ -560,6 +652,20 @@ def test_helm_forgets_the_releases_and_uninstall_deletes_nothing(
     two_more_passes(k8s, install.operator)
     assert uids(k8s) == before
     assert revisions(k8s) == install.revisions
+    assert agent_pods(k8s) == install.pods
+    # adoption.enabled off again (docs/migration.md): the agents' Role lists no Secret,
+    # and a restarted operator needs no record for what it took.
+    rbac = client.RbacAuthorizationV1Api(k8s)
+    role = rbac.read_namespaced_role(f"{install.identity.service_account}-agents", AGENTS)
+    kept = [r for r in role.rules if "secrets" not in r.resources]
+    assert len(kept) == len(role.rules) - 1
+    role.rules = kept
+    rbac.replace_namespaced_role(role.metadata.name, AGENTS, role)
+    install.operator.stop()
+    install.operator.start()
+    two_more_passes(k8s, install.operator)
+    assert wait_reconciled(k8s, install.operator, "AdoptedAsIs")
+    assert uids(k8s) == before
     assert agent_pods(k8s) == install.pods
 
 
@@ -628,5 +734,23 @@ def test_the_way_back_orphans_every_agent_for_helm_to_take(
     for name in AGENT_DAEMONSETS:
         ds = _ds(k8s, name)
         assert (ds.metadata.annotations or {}).get("meta.helm.sh/release-namespace") == AGENTS
+    assert revisions(k8s) == install.revisions
+    assert agent_pods(k8s) == install.pods
+    # What the way back leaves, deleted with uninstall.md's commands (the namespace is
+    # the page's istio-system).
+    windows = {k for k in uids(k8s) if "windows" in k[1]}
+    assert ("ServiceAccount", "ztunnel-windows") in windows
+    assert {k[0] for k in windows} == {"DaemonSet", "ConfigMap", "ServiceAccount"}
+    (block,) = sh_blocks(section(UNINSTALL, "After the way back"))
+    for line in block.splitlines():
+        argv = [AGENTS if a == "istio-system" else a for a in shlex.split(line)]
+        done = kubectl(install.cluster, argv)
+        assert done.returncode == 0, done.stderr
+    wait_for(
+        lambda: not {k for k in uids(k8s) if "windows" in k[1]},
+        TIMEOUT,
+        "no Windows agent object left",
+    )
+    assert uids(k8s) == {k: v for k, v in before.items() if k not in windows}
     assert revisions(k8s) == install.revisions
     assert agent_pods(k8s) == install.pods

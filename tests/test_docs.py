@@ -373,7 +373,10 @@ def test_installation_covers_helm_and_kubectl() -> None:
     text = (DOCS / "installation.md").read_text()
     assert "helm install ambient-operator charts/ambient-operator" in text
     assert "kubectl apply --server-side -f crds/" in text
-    assert "kubectl delete mutatingwebhookconfiguration ambient-operator" in text
+    # Uninstalling has a page of its own, which installation.md links.
+    assert "(uninstall.md)" in text
+    uninstall = (DOCS / "uninstall.md").read_text()
+    assert "kubectl delete mutatingwebhookconfiguration ambient-operator" in uninstall
 
 
 def test_architecture_picture_exists() -> None:

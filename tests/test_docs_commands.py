@@ -64,6 +64,45 @@ def _commands(page: Path) -> Iterator[str]:
     yield from re.findall(r"`([^`\n]+)`", prose.replace("\n", " "))
 
 
+def section(page: Path, heading: str) -> str:
+    """The text under a heading of the page (`## X`), up to the next heading of its level."""
+    lines = page.read_text(encoding="utf-8").splitlines(keepends=True)
+    fenced, level, start = False, 0, -1
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        found = None if fenced else re.match(r"(#+) (.*)$", line)
+        if found and start >= 0 and len(found.group(1)) <= level:
+            return "".join(lines[start:i])
+        if found and start < 0 and found.group(2).strip() == heading:
+            level, start = len(found.group(1)), i + 1
+    assert start >= 0, f"{page.name}: no heading {heading!r}"
+    return "".join(lines[start:])
+
+
+def sh_blocks(text: str) -> list[str]:
+    """The fenced ```sh blocks of a page's text, dedented (a block in a list is indented)."""
+    import textwrap
+
+    return [textwrap.dedent(b) for b in re.findall(r"^ *```sh\n(.*?)^ *```", text, re.M | re.S)]
+
+
+def section_commands(page: Path, heading: str) -> list[str]:
+    """The commands of a section's sh blocks, continuations joined, heredoc bodies left out."""
+    out: list[str] = []
+    for block in sh_blocks(section(page, heading)):
+        ending = ""
+        for line in block.replace("\\\n", " ").splitlines():
+            if ending:
+                ending = "" if line.strip() == ending else ending
+                continue
+            if line.strip():
+                out.append(line.strip())
+                heredoc = re.search(r"<<-?'?(\w+)'?", line)
+                ending = heredoc.group(1) if heredoc else ""
+    return out
+
+
 def documented(page: Path, start: str) -> list[str]:
     """The one command of the page that starts so, as argv (its comment dropped)."""
     found = [line for line in _commands(page) if line.startswith(start)]

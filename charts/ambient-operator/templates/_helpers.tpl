@@ -70,6 +70,23 @@ Rules that values.schema.json cannot state across keys; each failure names
 the values to change.
 */}}
 {{- define "ambient-operator.validate" -}}
+{{- /*
+`helm upgrade --reuse-values` renders with the previous chart's defaults, so a
+group of values this chart added is missing and would silently stay off (the
+templates read them through `default dict`). The groups: every top-level key
+of values.yaml whose default is a non-empty map, but resources and
+securityContext, which a platform may set to null (tests/test_chart_upgrade.py
+keeps the list equal to values.yaml).
+*/ -}}
+{{- $missing := list -}}
+{{- range list "image" "highAvailability" "leaderElection" "webhook" "metrics" "health" "service" "serviceMonitor" "serviceAccount" "agents" "waypoints" "nodeReadiness" "adoption" "istioCniRepair" "multus" "ambientMesh" -}}
+{{- if not (hasKey $.Values .) -}}
+{{- $missing = append $missing . -}}
+{{- end -}}
+{{- end -}}
+{{- if $missing -}}
+{{- fail (printf "the values %s are missing: they were set to null, or they come from an older chart, whose defaults `helm upgrade --reuse-values` keeps. Upgrade with --reset-then-reuse-values instead: it keeps the values you set and takes this chart's defaults for the rest" (join ", " $missing)) -}}
+{{- end -}}
 {{- $kube := .Capabilities.KubeVersion -}}
 {{- if and (eq $kube.Major "1") (lt (int (trimSuffix "+" $kube.Minor)) 30) -}}
 {{- fail (printf "Kubernetes %s is not supported: the chart needs 1.30 or later" $kube.Version) -}}

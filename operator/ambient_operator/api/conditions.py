@@ -322,7 +322,8 @@ MESH_CONDITIONS = Table(
             "(`--agents-namespace`; the chart's value `agents.namespaces`, where it grants the "
             "operator a Role). Nothing was changed.",
             "To move the agents: add the namespace to `agents.namespaces` (`helm upgrade ... "
-            '--reuse-values --set-json \'agents.namespaces=["istio-system","new-ns"]\'`), wait '
+            "--reset-then-reuse-values "
+            '--set-json \'agents.namespaces=["istio-system","new-ns"]\'`), wait '
             "for the move to finish (`READY True`), then drop the old one. Otherwise set "
             "`spec.namespace` back.",
             _RECONCILED_FALSE,
@@ -334,7 +335,8 @@ MESH_CONDITIONS = Table(
             "chart does not grant it, or (without the chart) the operator does not hold it to "
             "grant. Nothing was changed: the agents keep running as they were.",
             "With the chart, set `istioCniRepair.deletePods=true` (`helm upgrade ... "
-            "--reuse-values --set istioCniRepair.deletePods=true`): it grants istio-cni the "
+            "--reset-then-reuse-values --set istioCniRepair.deletePods=true`): it grants "
+            "istio-cni the "
             "permission and tells the operator. Without the chart, grant the operator `delete` "
             "on pods (RBAC lets it grant only what it holds; it asks on the next pass). Or set "
             "`spec.istioCni.repairMode` to `Repair` or `Label`, which need nothing more.",
@@ -515,7 +517,8 @@ MESH_CONDITIONS = Table(
             "applied; pods that attach istio-cni through Multus do not start meanwhile.",
             "Install Multus (its CRD `network-attachment-definitions.k8s.cni.cncf.io`); the "
             "operator writes the attachment on a later pass. Or set the chart value "
-            "`multus.enabled=true` (`helm upgrade ... --reuse-values --set multus.enabled=true`), "
+            "`multus.enabled=true` (`helm upgrade ... --reset-then-reuse-values "
+            "--set multus.enabled=true`), "
             "which lets it write them, as the message says. Or unset `spec.istioCni.provider`.",
             when(MeshCondition.DEGRADED, "True"),
         ),
@@ -536,7 +539,8 @@ MESH_CONDITIONS = Table(
             "refused to remove its readiness taint; the message names the nodes and its answer. "
             "`forbidden`: the operator holds no `patch` on Nodes. New pods cannot schedule on "
             "those nodes meanwhile.",
-            "Set the chart value `nodeReadiness.enabled=true` (`helm upgrade ... --reuse-values "
+            "Set the chart value `nodeReadiness.enabled=true` (`helm upgrade ... "
+            "--reset-then-reuse-values "
             "--set nodeReadiness.enabled=true`), or turn `spec.nodeReadiness.enabled` off. "
             "Other answers are retried on every pass ([node-readiness.md](node-readiness.md)).",
             when(MeshCondition.DEGRADED, "True"),

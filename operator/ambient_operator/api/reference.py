@@ -21,7 +21,7 @@ from ambient_operator.api.types import (
     REPOSITORY_PATTERN,
     TAG_PATTERN,
 )
-from ambient_operator.api.v1alpha1 import AmbientMeshSpec
+from ambient_operator.api.v1alpha1 import DEFAULT_WHEN_UNSET, AmbientMeshSpec
 
 # Long regular expressions read better by name; the CRD has them verbatim.
 _PATTERN_NAMES = {
@@ -151,7 +151,9 @@ def _sections(
         )
         cells = [f"`{name}`", _type(sub, sub_path)]
         if not read_only:
-            cells.append(_default(defaults, name, sub))
+            # A field that follows something else when unset has no fixed default to show.
+            follows = DEFAULT_WHEN_UNSET.get(sub_path)
+            cells.append(follows if follows is not None else _default(defaults, name, sub))
         cells.append(_escape(text))
         lines.append("| " + " | ".join(cells) + " |")
         child_defaults = defaults.get(name) if isinstance(defaults, Mapping) else None

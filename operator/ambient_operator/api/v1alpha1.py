@@ -366,6 +366,11 @@ class ComponentImage(ApiModel):
     )
 
 
+# What the reference says a field defaults to where its model default is only the
+# fallback of something it follows when unset (api/reference.py).
+DEFAULT_WHEN_UNSET: dict[str, str] = {"spec.images.tag": "istiod's version"}
+
+
 class Images(ApiModel):
     """Where the agent images come from."""
 
@@ -392,9 +397,10 @@ class Images(ApiModel):
         description="The agents' Istio version, and the tag of every image not set in full "
         "below (a variant may follow: 1.31.0-distroless). A change rolls one platform at a "
         "time: Linux, then each Windows build, each once the one before is Ready "
-        "(docs/versions.md). Unset, the agents follow the version of the istiod they talk to, "
-        "once its rollout is complete; while no istiod version can be read, the release this "
-        "operator was tested with. A set tag is never overridden.",
+        "(docs/versions.md). Unset (the default), the agents follow the version of the istiod "
+        "they talk to, once its rollout is complete; only while no istiod version can be read "
+        f"do they get the release this operator was tested with ({c.ISTIO_VERSION}). A set tag "
+        "is never overridden.",
     )
 
     def tag_if_set(self) -> str | None:

@@ -129,7 +129,8 @@ def repair_refusal(spec: AmbientMeshSpec, *, may_delete_pods: bool, by_chart: bo
     if not deletes_pods(spec) or may_delete_pods:
         return None
     fix = (
-        f"set the chart value {CHART_DELETE_PODS_VALUE}=true (helm upgrade ... --reuse-values "
+        f"set the chart value {CHART_DELETE_PODS_VALUE}=true (helm upgrade ... "
+        "--reset-then-reuse-values "
         f"--set {CHART_DELETE_PODS_VALUE}=true), which grants it"
         if by_chart
         else "grant the operator delete on pods: it keeps istio-cni's ClusterRole, and RBAC "

@@ -591,7 +591,8 @@ def _network_attachment(
     if served == NETWORK_ATTACHMENTS_NOT_GRANTED:
         why = (
             "the operator may not write NetworkAttachmentDefinitions. Set the chart value "
-            "multus.enabled=true (helm upgrade ... --reuse-values --set multus.enabled=true; "
+            "multus.enabled=true (helm upgrade ... --reset-then-reuse-values "
+            "--set multus.enabled=true; "
             "without the chart, run it with --network-attachments)"
         )
     else:
