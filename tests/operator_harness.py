@@ -10,7 +10,10 @@ this module keeps the names the tests import.
 from __future__ import annotations
 
 import subprocess
+import uuid
 from pathlib import Path
+
+from kubernetes import client
 
 from ambient_devcluster import LocalCluster
 from ambient_devcluster.harness import (
@@ -19,8 +22,10 @@ from ambient_devcluster.harness import (
     AuditLog,
     OperatorProcess,
     free_port,
+    wait_for,
     webhook_args,
 )
+from ambient_operator.api import constants as c
 
 __all__ = [
     "OPERATOR_USER",
@@ -30,6 +35,8 @@ __all__ = [
     "RunningOperator",
     "apply_sample_mesh",
     "free_port",
+    "full_passes",
+    "full_passes_finished",
     "webhook_args",
 ]
 
@@ -51,3 +58,49 @@ def apply_sample_mesh(cluster: LocalCluster) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+FULL_PASSES = "ambient_operator_dataplane_passes_total"
+
+
+def full_passes(op: OperatorProcess) -> float | None:
+    """Full data-plane passes begun so far; None while the metrics are not up (a start).
+
+    Only a full pass can write to the cluster: a status-only pass writes the
+    AmbientMesh's status alone (controllers/dataplane.py), so a "no writes"
+    barrier counts these.
+    """
+    try:
+        return op.metric(FULL_PASSES, kind="full")
+    except OSError:
+        return None
+
+
+def full_passes_finished(
+    api: client.ApiClient, op: OperatorProcess, n: int = 2, timeout: float = 180.0
+) -> None:
+    """Barrier: `n` full data-plane passes, each begun after this call, have finished.
+
+    Each pass is started by a touch of the AmbientMesh's annotations (no spec
+    change, full-pass news). Passes never overlap: the next one beginning
+    proves the one before it finished, so it takes n + 1 touches.
+    """
+    for touch in range(n + 1):
+        # A list, so that a count of 0 is an answer too.
+        (start,) = wait_for(
+            lambda: [v] if (v := full_passes(op)) is not None else None,
+            timeout,
+            "the operator's metrics",
+        )
+        client.CustomObjectsApi(api).patch_cluster_custom_object(
+            c.API_GROUP,
+            c.API_VERSION,
+            c.PLURAL,
+            c.MESH_NAME,
+            {"metadata": {"annotations": {"test/nudge": uuid.uuid4().hex}}},
+        )
+        wait_for(
+            lambda s=start: (full_passes(op) or 0) > s,
+            timeout,
+            f"a full data-plane pass after touch {touch + 1} of {n + 1}",
+        )

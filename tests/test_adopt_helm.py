@@ -37,6 +37,7 @@ import json
 import shlex
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +58,7 @@ from ambient_operator.kube.client import Kube
 from ambient_operator.kube.credentials import load_credentials
 from chart_helpers import template
 from conftest import BIN_DIR, REPO_ROOT, ignoring, unique_name, wait_for
-from operator_harness import WRITE_VERBS, AuditLog, RunningOperator
+from operator_harness import WRITE_VERBS, AuditLog, RunningOperator, full_passes_finished
 from test_chart_rbac import Identity, chart_identity
 from test_docs_commands import documented, kubectl, section, sh_blocks
 
@@ -202,25 +203,16 @@ def wait_reconciled(k8s: client.ApiClient, op: RunningOperator, reason: str) -> 
 
     try:
         return wait_for(seen, TIMEOUT, f"Reconciled {reason}")
-    except AssertionError as exc:
+    except TimeoutError as exc:
         raise AssertionError(
             f"{exc}; Reconciled is {reconciled(k8s)}; operator log:\n{op.log_tail(60)}"
         ) from exc
 
 
-def passes(op: RunningOperator) -> float | None:
-    """Data-plane passes so far; None while the metrics endpoint is not up (a start)."""
-    try:
-        return op.metric(
-            "ambient_operator_reconcile_duration_seconds_count", controller="dataplane"
-        )
-    except OSError:
-        return None
-
-
-def two_more_passes(op: RunningOperator) -> None:
-    start = wait_for(lambda: passes(op), TIMEOUT, "the operator's metrics")
-    wait_for(lambda: (passes(op) or 0) >= start + 2, TIMEOUT, "two more data-plane passes")
+def two_more_passes(k8s: client.ApiClient, op: RunningOperator) -> None:
+    """Barrier for "no writes": two full data-plane passes (the only kind that writes
+    to the cluster) begun after this call have finished."""
+    full_passes_finished(k8s, op, 2, TIMEOUT)
 
 
 @dataclass
@@ -447,7 +439,7 @@ def _refused_by(install: Install, k8s: client.ApiClient, stray_uid: str) -> None
     status = the_mesh(k8s)["status"]["adoption"]
     assert status["taken"] == []
     assert [r for r in status["refused"] if "team-settings" in r] == status["refused"]
-    two_more_passes(install.operator)
+    two_more_passes(k8s, install.operator)
     user = install.identity.user
     writes = install.audit.writes(since, user=user)
     # Of the data plane, the AmbientMesh's status and nothing else: not an agent, not
@@ -478,15 +470,68 @@ def _ds(k8s: client.ApiClient, name: str) -> Any:
     return client.AppsV1Api(k8s).read_namespaced_daemon_set(name, AGENTS)
 
 
+def take_over(install: Install, k8s: client.ApiClient) -> dict[str, Any]:
+    """The AmbientMesh of the imported spec, taken over; its Reconciled condition.
+
+    After the refusal test the mesh is there, refused: the ConfigMap's deletion
+    changes nothing the operator watches, so a spec-less touch of the mesh (an
+    annotation) starts a pass. Run alone, a test creates it.
+    """
+    if read_mesh(k8s) is None:
+        create_mesh(k8s, install.mesh_spec)
+    else:
+        client.CustomObjectsApi(k8s).patch_cluster_custom_object(
+            GROUP,
+            VERSION,
+            PLURAL,
+            c.MESH_NAME,
+            {"metadata": {"annotations": {"test/take": uuid.uuid4().hex}}},
+        )
+    return wait_reconciled(k8s, install.operator, "AdoptedAsIs")
+
+
+def forget_releases(install: Install) -> None:
+    """Helm made to forget both releases, by the command docs/migration.md gives (its
+    namespace swapped for the test's); once done, again is a no-op."""
+    from test_docs_commands import kubectl
+
+    for release in RELEASES:
+        argv = documented(
+            MIGRATION, f"kubectl delete secret -n istio-system -l owner=helm,name={release}"
+        )
+        argv = [AGENTS if a == "istio-system" else a for a in argv]
+        done = kubectl(install.cluster, argv)
+        assert done.returncode == 0, done.stderr
+
+
+# The objects of the operator's own beside the taken ones: the Windows agents of
+# the sample's WS2022 and WS2025 nodes (WS2019 is unsupported), their istio-cni
+# ConfigMaps, and the Windows ztunnel's account.
+WINDOWS_DAEMONSETS = [
+    "istio-cni-node-windows-ltsc2022",
+    "istio-cni-node-windows-ltsc2025",
+    "ztunnel-windows-ltsc2022",
+    "ztunnel-windows-ltsc2025",
+]
+HELM_AND_OURS = {
+    "metadata.labels.ambientoperator.io/platform",
+    "metadata.labels.app.kubernetes.io/instance",
+    "metadata.labels.app.kubernetes.io/managed-by",
+    "metadata.labels.helm.sh/chart",
+    "spec.os",
+}
+CREATED = {
+    *(("daemonsets", name) for name in WINDOWS_DAEMONSETS),
+    ("configmaps", "istio-cni-config-windows-ltsc2022"),
+    ("configmaps", "istio-cni-config-windows-ltsc2025"),
+    ("serviceaccounts", "ztunnel-windows"),
+}
+
+
 def test_the_take_over_restarts_no_agent(install: Install, k8s: client.ApiClient) -> None:
     op = install.operator
     since = install.audit.mark()
-    # The ConfigMap's deletion above changes nothing the operator watches; a
-    # spec-less touch of the mesh (an annotation) starts a pass.
-    client.CustomObjectsApi(k8s).patch_cluster_custom_object(
-        GROUP, VERSION, PLURAL, c.MESH_NAME, {"metadata": {"annotations": {"test/nudge": "1"}}}
-    )
-    cond = wait_reconciled(k8s, op, "AdoptedAsIs")
+    cond = take_over(install, k8s)
     assert "nothing restarts" in cond["message"], cond["message"]
     adoption = the_mesh(k8s)["status"]["adoption"]
     assert adoption["refused"] == []
@@ -507,28 +552,36 @@ def test_the_take_over_restarts_no_agent(install: Install, k8s: client.ApiClient
         "ClusterRoleBinding istio-cni-repair-rolebinding",
     ]
     as_is = {d["name"]: d for d in adoption["asIs"]}
-    assert sorted(as_is) == ["istio-cni-node", "ztunnel"]
-    assert all(d["pods"] == 3 and d["platform"] == "linux" for d in as_is.values()), as_is
-    # The Windows agents appear beside the ones taken over.
-    windows = wait_for(
-        lambda: sorted(
-            d.metadata.name
-            for d in client.AppsV1Api(k8s).list_namespaced_daemon_set(AGENTS).items
-            if d.metadata.name not in AGENT_DAEMONSETS
-        ),
-        TIMEOUT,
-        "the Windows agents' DaemonSets",
+    assert [(d["name"], d["platform"], d["pods"], d["approved"]) for d in adoption["asIs"]] == [
+        ("istio-cni-node", "linux", 3, False),
+        ("ztunnel", "linux", 3, False),
+    ]
+    # The fields that differ include, for both, what only Helm's template has (its
+    # metadata labels, shared DESIGN §1) and what only ours has (the platform label,
+    # the OS pin): a list without them would not say what the next change applies.
+    for name, own in (("istio-cni-node", "install-cni"), ("ztunnel", "istio-proxy")):
+        fields = as_is[name]["differences"]
+        assert [f for f in fields if f in HELM_AND_OURS] == sorted(HELM_AND_OURS), fields
+        assert all(f.startswith(("metadata.", "spec.")) for f in fields), fields
+        assert f"spec.containers[{own}].image" not in fields, fields  # the same tag 1.31.0
+
+    # The Windows agents appear beside the ones taken over, written in the pass
+    # whose status says AdoptedAsIs (a pass writes its objects, then its status).
+    windows = sorted(
+        d.metadata.name
+        for d in client.AppsV1Api(k8s).list_namespaced_daemon_set(AGENTS).items
+        if d.metadata.name not in AGENT_DAEMONSETS
     )
-    assert windows and all("windows" in name for name in windows), windows
+    assert windows == WINDOWS_DAEMONSETS
     # Nothing restarted: same pods, same revision, same template generation.
     assert agent_pods(k8s) == install.pods
     for name in AGENT_DAEMONSETS:
         ds = _ds(k8s, name)
         assert any(r.uid == the_mesh(k8s)["metadata"]["uid"] for r in ds.metadata.owner_references)
-    two_more_passes(op)
+    two_more_passes(k8s, op)
     op.stop()
     op.start()
-    two_more_passes(op)
+    two_more_passes(k8s, op)
     assert wait_reconciled(k8s, op, "AdoptedAsIs")
     assert revisions(k8s) == install.revisions
     assert agent_pods(k8s) == install.pods
@@ -543,11 +596,9 @@ def test_the_take_over_restarts_no_agent(install: Install, k8s: client.ApiClient
         ("serviceaccounts", "ztunnel"),
     }
     writes = data_plane_writes(install, since)
-    created = {name for verb, _, name in writes if verb == "create"}
-    strays = [
-        w for w in writes if w[0] != "create" and (w[1], w[2]) not in taken and w[2] not in created
-    ]
-    assert strays == []
+    assert {(resource, name) for verb, resource, name in writes if verb == "create"} == CREATED
+    strays = [w for w in writes if (w[1], w[2]) not in taken | CREATED]
+    assert strays == [], writes
     assert not [w for w in install.audit.writes(since, user=install.identity.user) if "rbac" in w]
 
 
@@ -555,6 +606,7 @@ def test_helm_uninstall_out_of_habit_is_refused_and_every_agent_stays(
     install: Install, k8s: client.ApiClient
 ) -> None:
     """`helm uninstall` of a release taken over: the chart's guard refuses its objects."""
+    take_over(install, k8s)
     before = uids(k8s)
     taken = {k: v for k, v in before.items() if k[1] in ("istio-cni-node", "istio-cni-config")}
     assert sorted(taken) == [("ConfigMap", "istio-cni-config"), ("DaemonSet", "istio-cni-node")]
@@ -588,14 +640,10 @@ def test_helm_uninstall_out_of_habit_is_refused_and_every_agent_stays(
 def test_helm_forgets_the_releases_and_uninstall_deletes_nothing(
     install: Install, k8s: client.ApiClient
 ) -> None:
+    take_over(install, k8s)
     before = uids(k8s)
+    forget_releases(install)
     for release in RELEASES:
-        argv = documented(
-            MIGRATION, f"kubectl delete secret -n istio-system -l owner=helm,name={release}"
-        )
-        argv = [AGENTS if a == "istio-system" else a for a in argv]
-        done = kubectl(install.cluster, argv)
-        assert done.returncode == 0, done.stderr
         gone = helm(
             "uninstall", release, "--namespace", AGENTS, kubeconfig=install.cluster.kubeconfig
         )
@@ -605,7 +653,7 @@ def test_helm_forgets_the_releases_and_uninstall_deletes_nothing(
         "list", "--namespace", AGENTS, "-o", "json", kubeconfig=install.cluster.kubeconfig
     )
     assert json.loads(listed.stdout) == []
-    two_more_passes(install.operator)
+    two_more_passes(k8s, install.operator)
     assert uids(k8s) == before
     assert revisions(k8s) == install.revisions
     assert agent_pods(k8s) == install.pods
@@ -619,7 +667,7 @@ def test_helm_forgets_the_releases_and_uninstall_deletes_nothing(
     rbac.replace_namespaced_role(role.metadata.name, AGENTS, role)
     install.operator.stop()
     install.operator.start()
-    two_more_passes(install.operator)
+    two_more_passes(k8s, install.operator)
     assert wait_reconciled(k8s, install.operator, "AdoptedAsIs")
     assert uids(k8s) == before
     assert agent_pods(k8s) == install.pods
@@ -628,6 +676,8 @@ def test_helm_forgets_the_releases_and_uninstall_deletes_nothing(
 def test_the_way_back_orphans_every_agent_for_helm_to_take(
     install: Install, k8s: client.ApiClient
 ) -> None:
+    take_over(install, k8s)
+    forget_releases(install)
     custom = client.CustomObjectsApi(k8s)
     custom.patch_cluster_custom_object(
         GROUP, VERSION, PLURAL, c.MESH_NAME, {"spec": {"deletionPolicy": "Orphan"}}

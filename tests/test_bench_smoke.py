@@ -13,8 +13,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
 
@@ -112,7 +110,6 @@ def test_targets_are_judged_from_the_numbers() -> None:
 
 
 def test_outputs_are_written(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
     out, doc = tmp_path / "out", tmp_path / "docs" / "performance.md"
     written = run_all.write_outputs(_results(), out, doc)
 
@@ -144,7 +141,6 @@ def test_outputs_are_written(tmp_path: Path) -> None:
 
 
 def test_saved_results_can_be_rendered_again(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
     saved = tmp_path / "results.json"
     saved.write_text(json.dumps(_results()))
     doc = tmp_path / "again.md"

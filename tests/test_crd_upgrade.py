@@ -138,10 +138,17 @@ def test_helm_upgrade_leaves_the_old_crd_and_the_operator_says_so(
         )
         assert "it lacks spec.adopt, status.adoption." in cond["message"], cond["message"]
         assert "kubectl apply --server-side --force-conflicts -f crds/" in cond["message"]
-        events = client.CoreV1Api(k8s).list_namespaced_event("default").items
-        assert any(
-            e.reason == "CrdOutdated" and e.involved_object.name == c.MESH_NAME for e in events
-        )
+        # The Event is posted after the status write that carries the condition:
+        # the condition is no barrier for it, so wait for it with a deadline.
+        uid = (read_mesh(k8s) or {})["metadata"]["uid"]
+
+        def told() -> list[Any]:
+            events = client.CoreV1Api(k8s).list_namespaced_event("default").items
+            return [e for e in events if e.reason == "CrdOutdated" and e.involved_object.uid == uid]
+
+        posted = wait_for(told, TIMEOUT, "the CrdOutdated Event on the AmbientMesh")
+        assert {e.type for e in posted} == {"Warning"}, posted
+        assert "it lacks spec.adopt, status.adoption." in posted[0].message, posted[0].message
         # The fix the docs give, with the real kubectl; the operator sees the new CRD.
         done = kubectl(cluster, documented(UPGRADES, "kubectl apply --server-side"), cwd=REPO_ROOT)
         assert done.returncode == 0, done.stderr

@@ -165,3 +165,23 @@ def test_the_tally_is_summarize(steps: list[tuple[Any, ...]], misses: int) -> No
         assert tally.enrollment(misses) == summarize(
             pods_by_key.values(), namespaces, node_os, misses
         )
+
+
+def test_the_tally_counts_enrolled_windows_pods_per_node() -> None:
+    tally = EnrollmentTally()
+    tally.namespace("shop", AMBIENT)
+    tally.node("win-1", "windows")
+    tally.node("win-2", "windows")
+    for i in range(3):
+        tally.pod(("shop", f"a{i}"), summary("shop", f"a{i}", node="win-1"))
+    tally.pod(("shop", "b"), summary("shop", "b", node="win-2", redirection="enabled"))
+    tally.pod(("shop", "c"), summary("shop", "c", node="win-2", mode="none"))
+    tally.pod(("shop", "l"), summary("shop", "l", node="n1"))
+    assert tally.windows_pods_by_node() == {"win-1": 3, "win-2": 1}
+    # A pod moves between nodes, one goes, one finishes, the namespace leaves the mesh.
+    tally.pod(("shop", "a0"), summary("shop", "a0", node="win-2"))
+    tally.pod(("shop", "a1"), None)
+    tally.pod(("shop", "a2"), summary("shop", "a2", node="win-1", phase="Succeeded"))
+    assert tally.windows_pods_by_node() == {"win-2": 2}
+    tally.namespace("shop", {})
+    assert tally.windows_pods_by_node() == {}

@@ -174,7 +174,6 @@ def test_the_charts_memory_defaults_are_the_measured_ones() -> None:
 
 
 def test_every_figure_gets_a_chart(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
     written = growth.charts(RESULTS, tmp_path)
     assert sorted(p.name for p in written) == sorted(
         f"growth-{m}.png"
@@ -197,7 +196,6 @@ def test_every_figure_gets_a_chart(tmp_path: Path) -> None:
 
 @pytest.mark.cluster
 def test_the_harness_runs_at_a_tiny_size(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
     size = growth.Size("tiny", 12, 60, 8, 2)
     phases = growth.Phases(
         churn_s=4,

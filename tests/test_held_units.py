@@ -7,9 +7,13 @@ approval rolls which platform, and what Reconciled says.
 from __future__ import annotations
 
 import dataclasses
+import re
+import shutil
+from pathlib import Path
 from typing import Any
 
-from ambient_operator.api.v1alpha1 import AsIsDaemonSet, HeldTemplates
+from ambient_operator.api import constants as c
+from ambient_operator.api.v1alpha1 import AdoptionStatus, AsIsDaemonSet, HeldTemplates
 from ambient_operator.apply.held import (
     APPROVED,
     AS_IS,
@@ -24,7 +28,10 @@ from ambient_operator.apply.held import (
 )
 from ambient_operator.render.model import OrderedRollout, PlatformRollout
 from ambient_operator.render.rollout import release_held
-from ambient_operator.status.held import held_message, held_status
+from ambient_operator.status.adoption import as_is_message
+from ambient_operator.status.components import ApplyOutcome
+from ambient_operator.status.held import held_message, held_platforms, held_status
+from ambient_operator.status.versions import rollout_message
 
 NS = "istio-system"
 WS2022 = "10.0.20348"
@@ -104,6 +111,40 @@ def test_the_same_version_writes_its_render_at_once() -> None:
     out = apply_hold(NEW, live, HOLD, None)
     assert out["spec"]["template"] == NEW["spec"]["template"]
     assert out["metadata"]["annotations"] == {TEMPLATE_BY: "0.2.0", INPUTS: "inputs-1"}
+
+
+def test_a_rebuild_under_the_same_version_is_held_as_a_new_version_is() -> None:
+    # Builds are `<version>+<digest of the code>` (api/constants.py's operator_build).
+    hold = Hold("inputs-1", "0.2.0+bbbbbbbbbbbb")
+    rebuilt = held(
+        NEW, ds("OLD_VAR", {TEMPLATE_BY: "0.2.0+aaaaaaaaaaaa", INPUTS: "inputs-1"}), hold
+    )
+    assert rebuilt is not None and rebuilt.reason == OPERATOR_UPGRADE
+    assert rebuilt.differences == (
+        "spec.containers[istio-proxy].env[NEW_VAR]",
+        "spec.containers[istio-proxy].env[OLD_VAR]",
+    )
+    # What operators before the digest wrote (the version alone): another build's.
+    assert held(NEW, ds("OLD_VAR", {TEMPLATE_BY: "0.2.0", INPUTS: "inputs-1"}), hold) is not None
+    # The same build: its own render, written at once.
+    same = ds("OLD_VAR", {TEMPLATE_BY: "0.2.0+bbbbbbbbbbbb", INPUTS: "inputs-1"})
+    assert held(NEW, same, hold) is None
+
+
+def test_the_build_digest_changes_with_a_template_not_with_a_cache(tmp_path: Path) -> None:
+    package = Path(c.__file__).resolve().parents[1]
+    assert re.fullmatch(r"[0-9A-Za-z.+-]+\+[0-9a-f]{12}", c.operator_build()), c.operator_build()
+    one, two = tmp_path / "one", tmp_path / "two"
+    for copy in (one, two):
+        shutil.copytree(package / "templates", copy / "templates")
+    # The same files elsewhere (and a byte-code cache beside them): the same digest.
+    (two / "templates" / "__pycache__").mkdir()
+    (two / "templates" / "__pycache__" / "x.py").write_text("cached = 1\n")
+    assert c.code_digest(one) == c.code_digest(two)
+    # One template changed by a byte, the version string as it was: another build.
+    changed = two / "templates" / "daemonset-ztunnel-linux.yaml.j2"
+    changed.write_text(changed.read_text() + "\n")
+    assert c.code_digest(one) != c.code_digest(two)
 
 
 def test_a_change_the_user_asked_for_rolls_what_was_held() -> None:
@@ -191,12 +232,12 @@ def test_reconciled_says_what_would_restart_and_how_to_approve() -> None:
         ],
     )
     assert held_message(status, ["linux", WS2022]) == (
-        "agents keep the pod template that another operator version wrote: linux: 3 pod(s) of "
-        "ztunnel; 10.0.20348: 1 pod(s) of ztunnel-windows-ltsc2022 would restart for this "
-        "operator's render; nothing restarts until this AmbientMesh "
-        "changes or you approve (kubectl annotate ambientmesh default "
-        "ambientoperator.io/approve-templates=abc123 --overwrite); then they roll in order, "
-        "Linux first (status.held lists the fields that differ)"
+        "agents are held, running the pod template that another operator version wrote (linux: "
+        "3 pod(s) of ztunnel; 10.0.20348: 1 pod(s) of ztunnel-windows-ltsc2022); approving "
+        "restarts them with this operator's render, in order, Linux first; nothing restarts "
+        "until this AmbientMesh changes or you approve (kubectl annotate ambientmesh default "
+        "ambientoperator.io/approve-templates=abc123 --overwrite) (status.held lists the fields "
+        "that differ)"
     )
     approved = status.model_copy(
         update={
@@ -209,6 +250,46 @@ def test_reconciled_says_what_would_restart_and_how_to_approve() -> None:
         "ztunnel-windows-ltsc2022 (status.held)"
     )
     assert held_message(None, ["linux"]) is None
+
+
+def test_after_a_take_over_reconciled_says_the_agents_are_held_and_what_approving_changes() -> None:
+    # Upstream's 1.30.3 charts taken over, the agents' tag following a 1.31 istiod:
+    # Linux's agents run Helm's template and the render has new images.
+    new = "istio-cni: new image; ztunnel: new image"
+    rollout = OrderedRollout((PlatformRollout("linux", "rolling", why=new),))
+    held = HeldTemplates(
+        approval="abc123",
+        daemon_sets=[
+            AsIsDaemonSet(name=name, platform="linux", pods=3, reason="TakenOver")
+            for name in ("istio-cni-node", "ztunnel")
+        ],
+    )
+    outcome = ApplyOutcome(
+        rollout=rollout_message(rollout, held=held_platforms(held)),
+        held=held_message(held, ["linux"], {"linux": new}),
+        as_is=as_is_message(
+            AdoptionStatus(
+                releases=["ztunnel"],
+                as_is=[AsIsDaemonSet(name="ztunnel", platform="linux", pods=3)],
+            ),
+            NS,
+            held=True,
+        ),
+    )
+    assert outcome.verdict(14).message == (
+        "14 objects match the spec; agents are held, running the pod template that Helm wrote "
+        "(linux: 6 pod(s) of istio-cni-node, ztunnel); approving restarts them with this "
+        "operator's render (Linux: istio-cni: new image; ztunnel: new image), in order, Linux "
+        "first; nothing restarts until this AmbientMesh changes or you approve (kubectl annotate "
+        "ambientmesh default ambientoperator.io/approve-templates=abc123 --overwrite) "
+        "(status.held lists the fields that differ); taken over from Helm as they run: ztunnel "
+        "(3 pods on linux, 0 fields differ from the render) (status.adoption.asIs lists the "
+        "fields). If the releases' records are still there, `helm uninstall` would delete these "
+        "objects: have Helm forget each release first (kubectl delete secret -n istio-system "
+        "-l owner=helm,name=ztunnel; docs/migration.md)"
+    )
+    # Not held, the same rollout is a replacement under way.
+    assert rollout_message(rollout) == f"the agents on Linux are being replaced ({new})"
 
 
 def test_an_old_approval_is_called_stale_only_while_something_waits_for_one() -> None:

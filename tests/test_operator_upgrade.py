@@ -26,10 +26,9 @@ from kubernetes import client
 from ambient_devcluster import LocalCluster, apply_objects
 from ambient_devcluster.harness import condition, get_mesh
 from ambient_operator.api import constants as c
-from ambient_operator.apply.held import APPROVE
+from ambient_operator.apply.held import APPROVE, AS_IS, Held, approval
 from conftest import own_cluster, wait_for
-from operator_harness import RunningOperator
-from test_adopt_helm import passes
+from operator_harness import RunningOperator, full_passes_finished
 from test_versions_cluster import (
     LINUX,
     NS,
@@ -140,17 +139,42 @@ def _patch_mesh(api: client.ApiClient, patch: dict[str, Any]) -> None:
     )
 
 
-def _two_nudged_passes(api: client.ApiClient, op: RunningOperator) -> None:
-    """Two data-plane passes, each started by a touch of the mesh that changes no spec."""
-    for nudge in ("1", "2"):
-        start = wait_for(lambda: passes(op), TIMEOUT, "the operator's metrics")
-        _patch_mesh(api, {"metadata": {"annotations": {"test/nudge": nudge}}})
-        wait_for(lambda s=start: (passes(op) or 0) > s, TIMEOUT, f"pass after nudge {nudge}")
-
-
 def _reconciled(api: client.ApiClient, reason: str) -> dict[str, Any] | None:
     cond = condition(get_mesh(api), "Reconciled")
     return cond if cond.get("reason") == reason else None
+
+
+def _a_wrong_or_stale_value_approves_nothing(
+    api: client.ApiClient,
+    op: RunningOperator,
+    pods: dict[str, str],
+    generations: dict[str, int],
+    status: dict[str, Any],
+) -> None:
+    """docs/upgrades.md: a value other than status.held.approval approves nothing, and
+    status.held.staleApproval says so: a made-up value, and the value status.held gave
+    when only Linux's two were held (one read earlier, before the rest was held)."""
+    linux = [
+        Held(ds["metadata"]["name"], "linux", ds["metadata"]["annotations"][AS_IS], "", False)
+        for ds in _daemonsets(api)
+        if ds["metadata"]["name"] in LINUX
+    ]
+    assert len(linux) == 2, linux
+    for value in ("0123456789ab", approval(linux)):
+        assert value != status["approval"]
+        _patch_mesh(api, {"metadata": {"annotations": {APPROVE: value}}})
+        full_passes_finished(api, op, 2, TIMEOUT)
+        now = get_mesh(api)["status"].get("held")
+        assert now is not None, f"{APPROVE}={value} approved the roll"
+        assert now["staleApproval"] == value, now
+        assert now["approval"] == status["approval"], now
+        assert [d["approved"] for d in now["daemonSets"]] == [False] * 6, now
+        message = condition(get_mesh(api), "Reconciled")["message"]
+        assert f"{APPROVE}={value} approves what was held before, not this" in message, message
+        assert _agent_pods(api) == pods
+        assert {
+            ds["metadata"]["name"]: ds["metadata"]["generation"] for ds in _daemonsets(api)
+        } == generations
 
 
 def test_an_operator_upgrade_restarts_no_agent_until_approved(
@@ -174,7 +198,7 @@ def test_an_operator_upgrade_restarts_no_agent_until_approved(
 
     with op.running():
         held = wait_for(lambda: _reconciled(api, "TemplatesHeld"), TIMEOUT, "TemplatesHeld")
-        _two_nudged_passes(api, op)
+        full_passes_finished(api, op, 2, TIMEOUT)
         assert _agent_pods(api) == pods
         assert {
             ds["metadata"]["name"]: ds["metadata"]["generation"] for ds in _daemonsets(api)
@@ -196,6 +220,7 @@ def test_an_operator_upgrade_restarts_no_agent_until_approved(
         for d in status["daemonSets"]:
             assert any(OLD_VAR in field for field in d["differences"]), d
         assert f"{APPROVE}={status['approval']}" in held["message"], held["message"]
+        _a_wrong_or_stale_value_approves_nothing(api, op, pods, generations, status)
 
         with Recorder(_list_daemonsets(api)) as recorder:
             _patch_mesh(api, {"metadata": {"annotations": {APPROVE: status["approval"]}}})

@@ -9,6 +9,7 @@ enrollment counts are literal.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -79,29 +80,36 @@ def test_pod_churn_moves_status_enrollment_through_status_only_passes(
         # A namespace's label is a full pass's news.
         wait_for(lambda: deltas() == (1, 0, 0, 0), 30, "the namespace counted")
         wait_for(lambda: core.read_namespaced_service_account("default", name), 30, "SA")
-        status = operator.metric(PASSES, kind="status")
+        # The status-only pass count after each step: creates, annotations, a delete.
+        counts = [operator.metric(PASSES, kind="status")]
+
+        def step(counted: tuple[int, ...], what: str) -> None:
+            wait_for(lambda: deltas() == counted, 30, what)
+            counts.append(operator.metric(PASSES, kind="status"))
 
         # Pods come, change and go (none is scheduled: no node runs a kubelet).
         for i in range(4):
             core.create_namespaced_pod(name, _pod(f"app-{i}"))
-        wait_for(lambda: deltas() == (1, 0, 0, 4), 30, "four pods missing redirection")
+        step((1, 0, 0, 4), "four pods missing redirection")
         core.patch_namespaced_pod(
             "app-0", name, {"metadata": {"annotations": {REDIRECTION: "enabled"}}}
         )
         core.patch_namespaced_pod(
             "app-1", name, {"metadata": {"annotations": {REDIRECTION: "pending"}}}
         )
-        wait_for(lambda: deltas() == (1, 1, 1, 2), 30, "one redirected, one pending")
+        step((1, 1, 1, 2), "one redirected, one pending")
         core.delete_namespaced_pod("app-3", name, grace_period_seconds=0)
-        wait_for(lambda: deltas() == (1, 1, 1, 1), 30, "the deleted pod uncounted")
+        step((1, 1, 1, 1), "the deleted pod uncounted")
         # Its examples, in name order.
         examples = get_mesh(k8s)["status"]["enrollment"]["examplePendingPods"]
         assert f"{name}/app-1" in examples and f"{name}/app-2" in examples
 
-        # Pods alone are answered by status-only passes. Not every pass here
-        # is one: istiod's Deployment changes its status on its own (its pods
-        # never run), which the agents' tag reads, and that is a full pass.
-        assert operator.metric(PASSES, kind="status") > status, operator.log_tail()
+        # Pods alone are answered by status-only passes: each step's news had
+        # at least one. Not every pass here is one: istiod's Deployment changes
+        # its status on its own (its pods never run), which the agents' tag
+        # reads, and that is a full pass, so full passes are not counted.
+        answered = [after - before for before, after in itertools.pairwise(counts)]
+        assert len(answered) == 3 and min(answered) >= 1, (answered, operator.log_tail())
     finally:
         with contextlib.suppress(ApiException):
             core.delete_namespace(name)

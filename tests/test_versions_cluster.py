@@ -34,7 +34,7 @@ from ambient_devcluster import (
 )
 from ambient_devcluster.harness import condition, get_mesh, set_mesh_spec
 from conftest import BIN_DIR, SAMPLE_NODES, binaries_present, wait_for
-from operator_harness import RunningOperator
+from operator_harness import RunningOperator, full_passes_finished
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "operator" / "ambient_operator" / "samples" / "ambientmesh.yaml"
@@ -473,11 +473,8 @@ def test_a_set_tag_stays_put_when_istiod_moves(
         TIMEOUT,
         "istiod 1.31.2 read",
     )
-    passes = operator.metric("ambient_operator_reconcile_duration_seconds_count")
-    wait_for(
-        lambda: operator.metric("ambient_operator_reconcile_duration_seconds_count") >= passes + 2,
-        TIMEOUT,
-        "two more passes",
-    )
+    # Two full passes of the data plane (the other controllers' passes and
+    # status-only ones change no agent), each begun after istiod 1.31.2 was read.
+    full_passes_finished(api, operator, 2, TIMEOUT)
     assert _all_ready(api, pinned)
     assert _versions(api)["dataPlane"] == pinned

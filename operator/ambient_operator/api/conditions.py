@@ -158,15 +158,17 @@ class WaypointEvent(StrEnum):
 
 
 class MeshEvent(StrEnum):
-    """Warning Events on the AmbientMesh that no condition carries (it is being deleted)."""
+    """Warning Events on the AmbientMesh that no condition carries."""
 
     ORPHAN_FAILED = "OrphanFailed"
+    WINDOWS_POD_LIMIT = "WindowsPodLimitExceeded"
 
 
 class PodEvent(StrEnum):
     """Warning Events on a pod."""
 
     REDIRECTION_WAIT_MISSING = "RedirectionWaitMissing"
+    REDIRECTION_WAIT_IMAGE_UNAVAILABLE = "RedirectionWaitImageUnavailable"
 
 
 class AdmissionReason(StrEnum):
@@ -187,6 +189,7 @@ class AdmissionReason(StrEnum):
     NOT_WINDOWS = "NotWindows"
     NO_PRE_WS2025_BUILD = "NoPreWS2025Build"
     NO_PRE_WS2025_NODE = "NoPreWS2025Node"
+    IMAGE_UNAVAILABLE = "ImageUnavailable"
 
 
 class BadReviewReason(StrEnum):
@@ -882,6 +885,19 @@ MESH_EVENTS = Table(
             "the AmbientMesh.",
             "AmbientMesh",
         ),
+        Row(
+            MeshEvent.WINDOWS_POD_LIMIT,
+            "A Windows node holds more enrolled pods than "
+            "`spec.platforms.windows.enrolledPodsPerNodeLimit` (15 unless set). The HNS "
+            "L4WFPPROXY policy that redirects each Windows pod was reported to fail beyond about "
+            "15 pods per node (microsoft/hcsshim#2571), although the HNS call succeeds: a pod "
+            "whose policy failed bypasses ztunnel without an error. The message names the "
+            "nodes; `status.windows.nodesOverPodLimit` counts them.",
+            "Spread the enrolled Windows pods over more nodes (a lower `maxPods` on the Windows "
+            "node pool, or a topology spread constraint), or raise the limit once your nodes "
+            "are known to hold more ([windows-support.md](windows-support.md)).",
+            "AmbientMesh",
+        ),
     ),
 )
 
@@ -899,6 +915,21 @@ POD_EVENTS = Table(
             "`ambient_operator_webhook_missed_pods`.",
             "Delete the pod so its controller recreates it with the workaround; check that the "
             "operator runs and its Service has endpoints.",
+            "Pod",
+        ),
+        Row(
+            PodEvent.REDIRECTION_WAIT_IMAGE_UNAVAILABLE,
+            "A new Windows pod that may run on a pre-WS2025 node was admitted without the "
+            "redirection-wait init container because the image it would get is known not to "
+            "exist: no `spec.newPodWorkaround.multiBuildImage` and no `spec.images.registry` "
+            "(nor the chart's `registry`), or one under Istio's hub, which publishes none "
+            "(admission reason `ImageUnavailable`). The webhook never hands a pod an image that "
+            "cannot be pulled. Its containers may start before istio-cni redirects its "
+            "traffic, which then bypasses ztunnel until redirection is on. Counted in "
+            "`status.enrollment.workaroundMisses` and `workaroundImageUnavailable`.",
+            "Build the images with `make images REGISTRY=<registry>` (docs/images.md) and set "
+            "`spec.images.registry` to that registry (or the chart's `registry`); then delete "
+            "the pod so it is recreated with the workaround.",
             "Pod",
         ),
     ),
@@ -984,6 +1015,16 @@ ADMISSION_DECISIONS = Table(
             "No WS2022 node with agents matches the pod's selection and tolerations, or it is "
             "bound to a node that needs no workaround.",
             where="none",
+        ),
+        Row(
+            AdmissionReason.IMAGE_UNAVAILABLE,
+            "The pod needs the init container, but the image it would get is known not to "
+            "exist: no `spec.newPodWorkaround.multiBuildImage` (or per-build image) and no "
+            "`spec.images.registry`, or one under Istio's hub, which publishes none. The pod is "
+            "admitted without it, never handed an image that cannot be pulled; its annotation "
+            "reads `withheld; build=...; reason=ImageUnavailable`, and the operator posts the "
+            "Warning Event `RedirectionWaitImageUnavailable` and counts it in status.",
+            where="withheld",
         ),
         Row(
             ErrorReason.EXCEPTION,

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib.metadata
+from pathlib import Path
 from typing import Any, Final
 
 API_GROUP: Final = "ambientoperator.io"
@@ -24,6 +27,31 @@ def operator_version() -> str | None:
         return importlib.metadata.version("ambient-operator")
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+# What the operator renders with: its code, its templates and its samples (a
+# rebuilt image can change any of them and keep its version string).
+CODE_SUFFIXES: Final = (".py", ".j2", ".yaml")
+
+
+def code_digest(root: Path) -> str:
+    """A digest of the files under `root` that the operator renders with (CODE_SUFFIXES),
+    by their paths and bytes: the same tree, the same digest, wherever it lies."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.suffix in CODE_SUFFIXES):
+        if "__pycache__" in path.parts:
+            continue
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()[:12]
+
+
+@functools.cache
+def operator_build() -> str:
+    """This operator's version and the digest of its package (`<version>+<digest>`), once a
+    process: what the agents' DaemonSets name as the writer of their template
+    (apply/held.py), so that a rebuild under the same version string is told apart."""
+    return f"{operator_version() or 'unknown'}+{code_digest(Path(__file__).resolve().parents[1])}"
 
 
 # The default Istio release of the agents: the release tagged at the commit of

@@ -23,11 +23,15 @@ held at. It stays held until
   Windows build, each Ready before the next.
 
 A DaemonSet is held when it is taken over, or when its template was
-written by another operator version (TEMPLATE_BY; a DaemonSet without it
-predates this rule and is treated as another version's) and the inputs
-are the ones it was written with (or it does not say). Under one operator
-version, a render that differs from what runs is written at once: that is
-the user's change, or a hand edit to undo.
+written by another operator build (TEMPLATE_BY; a DaemonSet without it
+predates this rule and is treated as another build's) and the inputs
+are the ones it was written with (or it does not say). A build is the
+version and a digest of the operator's code and templates
+(api/constants.py's operator_build): a rebuilt image under the same
+version string is another build, and a value without a digest (what
+operators before this wrote) is another build's too. Under one build, a
+render that differs from what runs is written at once: that is the
+user's change, or a hand edit to undo.
 
 Objects without pods (ConfigMaps, RBAC, Services) are written at once;
 agents read their ConfigMaps at start, so a held agent takes a new value
@@ -50,8 +54,8 @@ from ambient_operator.apply.plan import desired_hash
 
 # On a held DaemonSet: the digest of the render it is held at.
 AS_IS = "ambientoperator.io/as-is-template"
-# On every agent DaemonSet: the operator version whose render its pod
-# template is (kept from the live object while held).
+# On every agent DaemonSet: the operator build (`<version>+<code digest>`) whose
+# render its pod template is (kept from the live object while held).
 TEMPLATE_BY = "ambientoperator.io/template-by"
 # On every agent DaemonSet: the digest of what it was rendered from.
 INPUTS = "ambientoperator.io/inputs"
@@ -86,6 +90,7 @@ class Hold:
     """What the pass decides held templates by."""
 
     inputs: str
+    # The operator build: its version and the digest of its code (operator_build).
     version: str
     # Platforms whose approved DaemonSets roll this pass (release_held).
     release: frozenset[str] = frozenset()

@@ -103,7 +103,11 @@ def counted(
 
 
 def _enrollment(
-    counts: Mapping[Counted, int], examples: list[str], namespaces: int, misses: int
+    counts: Mapping[Counted, int],
+    examples: list[str],
+    namespaces: int,
+    misses: int,
+    image_unavailable: int = 0,
 ) -> Enrollment:
     def of(os_name: str) -> PodCounts:
         states = ("enabled", "pending", "missing")
@@ -115,6 +119,7 @@ def _enrollment(
         windows_pods=of("windows"),
         example_pending_pods=examples,
         workaround_misses=misses,
+        workaround_image_unavailable=image_unavailable,
     )
 
 
@@ -160,6 +165,10 @@ class EnrollmentTally:
         self._node_os: dict[str, str] = {}
         self._enrolled_namespaces: set[str] = set()
         self._counts: dict[Counted, int] = {}
+        # Enrolled Windows pods by node (microsoft/hcsshim#2571's per-node limit), and
+        # the node each was counted on.
+        self._windows_on: dict[str, int] = {}
+        self._counted_on: dict[PodKey, str] = {}
         # Enrolled pods not redirected (yet), and the first of them in name order.
         self._pending: set[PodKey] = set()
         self._examples: list[PodKey] | None = []
@@ -211,14 +220,28 @@ class EnrollmentTally:
         for key in self._by_node.get(name, ()):
             self._recount(key)
 
-    def enrollment(self, workaround_misses: int = 0) -> Enrollment:
-        """What `summarize` says of the pods, namespaces and nodes told so far."""
+    def enrollment(self, workaround_misses: int = 0, image_unavailable: int = 0) -> Enrollment:
+        """What `summarize` says of the pods, namespaces and nodes told so far; the webhook's
+        misses, and those of them for want of an image, as counted by webhook/misses.py."""
         if self._examples is None:
             self._examples = heapq.nsmallest(MAX_EXAMPLES, self._pending)
         examples = [f"{ns}/{name}" for ns, name in self._examples]
         return _enrollment(
-            self._counts, examples, len(self._enrolled_namespaces), workaround_misses
+            self._counts,
+            examples,
+            len(self._enrolled_namespaces),
+            workaround_misses,
+            image_unavailable,
         )
+
+    def _count_node(self, node: str | None, how: Counted, delta: int) -> None:
+        if not node or how is None or how[0] != "windows":
+            return
+        count = self._windows_on.get(node, 0) + delta
+        if count:
+            self._windows_on[node] = count
+        else:
+            self._windows_on.pop(node, None)
 
     @staticmethod
     def _index(index: dict[str, set[PodKey]], at: str, key: PodKey, *, add: bool) -> None:
@@ -236,13 +259,23 @@ class EnrollmentTally:
         pod = self._pods[key]
         self._set(key, counted(pod, self._labels.get(pod.namespace) or {}, self._node_os))
 
+    def windows_pods_by_node(self) -> dict[str, int]:
+        """Enrolled Windows pods per node they are scheduled on, in any redirection state."""
+        return dict(self._windows_on)
+
     def _set(self, key: PodKey, how: Counted) -> None:
         old = self._counted.pop(key, None)
         if old is not None:
             self._counts[old] -= 1
+            self._count_node(self._counted_on.pop(key, None), old, -1)
         if how is not None:
             self._counted[key] = how
             self._counts[how] = self._counts.get(how, 0) + 1
+            pod = self._pods.get(key)
+            node = pod.node if pod is not None else None
+            if node and how[0] == "windows":
+                self._counted_on[key] = node
+            self._count_node(node, how, 1)
         pending = how is not None and how[1] != "enabled"
         if pending == (key in self._pending):
             return

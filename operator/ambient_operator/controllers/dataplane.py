@@ -103,11 +103,12 @@ from ambient_operator.status.components import (
     ready_verdict,
     transitions,
 )
-from ambient_operator.status.held import held_message, held_status
+from ambient_operator.status.held import held_message, held_platforms, held_status
 from ambient_operator.status.platform import platform_status
 from ambient_operator.status.revisions import revisions_status
 from ambient_operator.status.schema import status_for
 from ambient_operator.status.versions import rollout_message, version_status
+from ambient_operator.status.windows import pod_limit_message, windows_status
 from ambient_operator.status.writer import write_status
 
 log = logging.getLogger(__name__)
@@ -186,8 +187,8 @@ class DataplaneController(DataplaneMoves):
         """The opt-in removal of nodes' readiness taints (controllers/node_readiness.py)."""
         return NodeReadinessGate(self.state, self.kube)
 
-    # The version TEMPLATE_BY records (apply/held.py).
-    version = c.operator_version() or "unknown"
+    # What TEMPLATE_BY records (apply/held.py): the version and a digest of the code.
+    version = c.operator_build()
 
     @functools.cached_property
     def memo(self) -> PassMemo:
@@ -256,6 +257,7 @@ class DataplaneController(DataplaneMoves):
         except ValidationError as exc:
             await self._fail(mesh, previous, generation, MeshReason.INVALID_SPEC, spec_error(exc))
             return
+        spec = spec.with_default_registry(self.default_registry)
         owner = Owner.of(mesh)
         try:
             await asyncio.to_thread(
@@ -336,13 +338,21 @@ class DataplaneController(DataplaneMoves):
             platform=platform_status(choice),
             inventory=result.inventory(),
             held=held,
-            held_message=held_message(held, [p.platform for p in result.rollout.platforms]),
+            held_message=held_message(
+                held,
+                [p.platform for p in result.rollout.platforms],
+                {
+                    p.platform: p.why
+                    for p in result.rollout.platforms
+                    if p.state == "rolling" and not p.settling
+                },
+            ),
             node_readiness=gated,
             problems=(*self.problems(spec, result), *gate_problems),
         )
         outcome.held = last.held_message
         adoption = adoption_status(takeover, ours, result.objects)
-        outcome.as_is = as_is_message(adoption, spec.namespace)
+        outcome.as_is = as_is_message(adoption, spec.namespace, held=held is not None)
         await self._finish(mesh, previous, last, ours, outcome, adoption, nodes=True)
         # A status-only pass may follow only a pass that left nothing to do:
         # no write failed or was refused, no move or take-over is under way
@@ -411,7 +421,9 @@ class DataplaneController(DataplaneMoves):
             last.chosen,
             previous.versions if previous is not None else None,
         )
-        outcome.rollout = rollout_message(result.rollout, last.chosen, versions)
+        outcome.rollout = rollout_message(
+            result.rollout, last.chosen, versions, held_platforms(last.held)
+        )
         reconciled = outcome.verdict(len(result.objects))
         if reconciled.status != "True":
             metrics.RECONCILE_ERRORS.labels(controller=CONTROLLER, reason=reconciled.reason).inc()
@@ -426,7 +438,7 @@ class DataplaneController(DataplaneMoves):
             ],
             components,
             last.inventory,
-            self.state.tally.enrollment(self.workaround_misses),
+            self.state.tally.enrollment(*self.workaround_misses),
             self.clock(),
             node_readiness=last.node_readiness,
             versions=versions,
@@ -434,9 +446,19 @@ class DataplaneController(DataplaneMoves):
             adoption=adoption,
             held=last.held,
             revisions=self._revisions(spec),
+            windows=windows_status(
+                spec,
+                (v.node for v in result.verdicts if v.os == "windows" and v.supported),
+                self.state.tally.windows_pods_by_node(),
+            ),
         )
         self._export_metrics(result if nodes else None, status.enrollment)
         await self._write_status(mesh, previous, status)
+        crowded = pod_limit_message(status.windows) if status.windows else None
+        if crowded and not self.events.told(mesh, MeshEvent.WINDOWS_POD_LIMIT, crowded):
+            await asyncio.to_thread(
+                self.events.post, mesh, "Warning", MeshEvent.WINDOWS_POD_LIMIT, crowded
+            )
 
     def _revisions(self, spec: AmbientMeshSpec) -> list[RevisionStatus]:
         """status.revisions from the caches (status/revisions.py), again only when its
@@ -646,9 +668,10 @@ class DataplaneController(DataplaneMoves):
             log.info("pruned %s", what)
         return outcome
 
-    def report_workaround_misses(self, count: int) -> None:
-        """The webhook's count of Windows pods admitted without the workaround, for status."""
-        self.workaround_misses = count
+    def report_workaround_misses(self, count: int, image_unavailable: int = 0) -> None:
+        """The webhook's count of Windows pods admitted without the workaround, and of those
+        left without it because its image was unavailable, for status."""
+        self.workaround_misses = (count, image_unavailable)
 
     @staticmethod
     def _components(
@@ -703,6 +726,7 @@ class DataplaneController(DataplaneMoves):
             adoption=keep.adoption,
             held=keep.held,
             revisions=keep.revisions,
+            windows=keep.windows,
         )
         # Nothing was changed: the DaemonSets are as ready as they were.
         status = status.model_copy(update={"ready_components": keep.ready_components})

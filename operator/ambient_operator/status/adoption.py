@@ -64,8 +64,14 @@ def pending_roll(rendered: Mapping[str, Any], live: Mapping[str, Any]) -> AsIsDa
     )
 
 
-def as_is_message(status: AdoptionStatus | None, namespace: str) -> str | None:
-    """What Reconciled adds while DaemonSets taken over run Helm's template, or None."""
+def as_is_message(
+    status: AdoptionStatus | None, namespace: str, *, held: bool = False
+) -> str | None:
+    """What Reconciled adds while DaemonSets taken over run Helm's template, or None.
+
+    `held`: status.held lists them, and the held message says when they restart
+    (status/held.py); this one does not say it twice.
+    """
     if status is None or not status.as_is:
         return None
     running = ", ".join(
@@ -73,9 +79,14 @@ def as_is_message(status: AdoptionStatus | None, namespace: str) -> str | None:
         f"{len(ds.differences)} fields differ from the render)"
         for ds in status.as_is
     )
+    when = (
+        " "
+        if held
+        else "; nothing restarts until this AmbientMesh changes, and then those pods are "
+        "replaced by the ordered rollout "
+    )
     return (
-        f"taken over from Helm as they run: {running}; nothing restarts until this AmbientMesh "
-        "changes, and then those pods are replaced by the ordered rollout "
+        f"taken over from Helm as they run: {running}{when}"
         "(status.adoption.asIs lists the fields). If the releases' records are still there, "
         "`helm uninstall` would delete these objects: have Helm forget each release first ("
         + "; ".join(

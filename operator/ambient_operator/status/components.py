@@ -33,6 +33,7 @@ from ambient_operator.api.v1alpha1 import (
     PlatformStatus,
     RevisionStatus,
     VersionStatus,
+    WindowsStatus,
 )
 from ambient_operator.render.model import RenderResult
 from ambient_operator.render.values import windows_istiod
@@ -200,6 +201,7 @@ def build_status(
     adoption: AdoptionStatus | None = None,
     held: HeldTemplates | None = None,
     revisions: Sequence[RevisionStatus] = (),
+    windows: WindowsStatus | None = None,
 ) -> AmbientMeshStatus:
     """The whole status object."""
     prev_conditions = previous.conditions if previous else []
@@ -217,6 +219,7 @@ def build_status(
         adoption=adoption,
         held=held,
         revisions=list(revisions),
+        windows=windows,
     )
 
 

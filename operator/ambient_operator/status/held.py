@@ -12,6 +12,7 @@ from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AsIsDaemonSet, HeldTemplates
 from ambient_operator.apply.held import APPROVE, DIFFERENCES_SHOWN, TAKEN_OVER, Held
 from ambient_operator.render.model import PLATFORM_LINUX
+from ambient_operator.status.versions import platform_name
 
 HELD_SHOWN = 32
 # Who wrote the template a held DaemonSet runs, by status.held reason.
@@ -71,8 +72,22 @@ def approve_command(approval: str) -> str:
     return f"kubectl annotate ambientmesh {c.MESH_NAME} {APPROVE}={approval} --overwrite"
 
 
-def held_message(held: HeldTemplates | None, order: Sequence[str]) -> str | None:
-    """What Reconciled adds while DaemonSets keep the template they run, or None."""
+def held_platforms(held: HeldTemplates | None) -> frozenset[str]:
+    """The platforms with DaemonSets held and not approved: their agents are not being
+    replaced, whatever their images (status/versions.py's rollout_message)."""
+    return frozenset(ds.platform for ds in (held.daemon_sets if held else []) if not ds.approved)
+
+
+def held_message(
+    held: HeldTemplates | None, order: Sequence[str], changes: Mapping[str, str] | None = None
+) -> str | None:
+    """What Reconciled adds while DaemonSets keep the template they run, or None.
+
+    It says what is true now (the agents run the template Helm or another
+    operator build wrote) and what approving would change: `changes` gives,
+    per platform, what its agents' render changes beyond the template
+    (render/rollout.py's `why`: a new image, a new istiod revision).
+    """
     if held is None:
         return None
     platforms = per_platform(held, order)
@@ -91,9 +106,15 @@ def held_message(held: HeldTemplates | None, order: Sequence[str]) -> str | None
         if held.stale_approval
         else ""
     )
+    changes = changes or {}
+    new = "; ".join(
+        f"{platform_name(platform)}: {changes[platform]}"
+        for platform, _, _ in platforms
+        if changes.get(platform)
+    )
     return (
-        f"agents keep the pod template that {' or '.join(writers)} wrote: {pods} would "
-        "restart for this operator's render; nothing restarts until this AmbientMesh "
-        f"changes or you approve ({approve_command(held.approval)}){stale}; then they roll "
-        "in order, Linux first (status.held lists the fields that differ)"
+        f"agents are held, running the pod template that {' or '.join(writers)} wrote ({pods}); "
+        f"approving restarts them with this operator's render{f' ({new})' if new else ''}, "
+        "in order, Linux first; nothing restarts until this AmbientMesh changes or you approve "
+        f"({approve_command(held.approval)}){stale} (status.held lists the fields that differ)"
     )

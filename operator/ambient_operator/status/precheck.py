@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ambient_operator.api import bundled
 from ambient_operator.api import constants as c
 from ambient_operator.api.conditions import INTENDED_EXCLUSIONS
 from ambient_operator.api.releases import fixed_since
@@ -43,11 +44,13 @@ from ambient_operator.cluster.versions import (
 )
 from ambient_operator.kube.resources import ObjectKey, key_of
 from ambient_operator.render import RenderResult, render_dataplane
+from ambient_operator.render import values as v
 from ambient_operator.render.model import PLATFORM_LINUX
 from ambient_operator.status.adoption import pending_roll
 from ambient_operator.status.components import istiod_trust, trust_message
 from ambient_operator.status.held import approve_command, per_platform
 from ambient_operator.status.versions import older_patch
+from ambient_operator.status.windows import LIMITS as WINDOWS_LIMITS
 
 GATEWAY_API_GROUP = "gateway.networking.k8s.io"
 GATEWAY_API_CRDS = (f"gatewayclasses.{GATEWAY_API_GROUP}", f"gateways.{GATEWAY_API_GROUP}")
@@ -132,6 +135,14 @@ class Snapshot:
     held: HeldTemplates | None = None
     # status.revisions of the AmbientMesh: each istiod revision and who uses it.
     revisions: Sequence[RevisionStatus] = ()
+    # The running operator's --default-registry (the chart's value registry),
+    # which stands for spec.images.registry when the AmbientMesh names none.
+    default_registry: str | None = None
+
+    @functools.cached_property
+    def effective_spec(self) -> AmbientMeshSpec:
+        """The spec as the operator reads it: with its default registry where none is set."""
+        return self.spec.with_default_registry(self.default_registry)
 
     def node_facts(self) -> tuple[list[NodeFacts], list[str]]:
         """Facts of every Node, and the names of those too malformed to read."""
@@ -147,7 +158,9 @@ class Snapshot:
     def rendered(self) -> RenderResult:
         """The render of the spec over these nodes: its verdicts and its agents' accounts."""
         facts, _ = self.node_facts()
-        return render_dataplane(self.spec, ClusterFacts(nodes=tuple(facts)), cni_rbac=False)
+        return render_dataplane(
+            self.effective_spec, ClusterFacts(nodes=tuple(facts)), cni_rbac=False
+        )
 
 
 @dataclass(frozen=True)
@@ -643,6 +656,91 @@ def _windows_pods(snap: Snapshot) -> list[Finding]:
     return _one("windows-pods", OK, "no enrolled Windows pod lacks the workaround")
 
 
+def _bundled_images(snap: Snapshot) -> list[Finding]:
+    spec = snap.effective_spec
+    builds = sorted({d.platform for d in snap.rendered.daemonsets if d.platform != PLATFORM_LINUX})
+    if not builds:
+        return _one("bundled-images", INFO, "no Windows node gets the agents: none needed")
+    problems = [
+        w
+        for w in (
+            v.windows_image_warning(spec, v.ZTUNNEL, builds),
+            v.windows_image_warning(spec, v.ISTIO_CNI, builds),
+            v.redirection_wait_warning(spec, builds),
+        )
+        if w
+    ]
+    if problems:
+        return _one(
+            "bundled-images",
+            WARNING,
+            f"{len(problems)} image(s) the Windows nodes need are unset or placeholders; "
+            f"`{bundled.BUILD_COMMAND}` builds and pushes them (docs/images.md)",
+            problems,
+        )
+    where = (
+        f"{bundled.REGISTRY_FIELD} {spec.images.registry}"
+        if spec.images.registry
+        else "the images set in full"
+    )
+    return _one(
+        "bundled-images",
+        OK,
+        f"the Windows agents and the redirection-wait image come from {where}",
+    )
+
+
+# AKS release notes of 2026-06-19 (github.com/Azure/AKS/releases/tag/2026-06-19):
+# Windows Server 2022 is not supported with Kubernetes 1.37 and above, and retires
+# on 2028-06-30 (no new node images or patches, no new node pools).
+AKS_WS2022_LAST_MINOR = 36
+AKS_WS2022_RETIRES = "2028-06-30"
+
+
+def _windows_limits(snap: Snapshot) -> list[Finding]:
+    facts, _ = snap.node_facts()
+    windows = [n for n in facts if n.os == "windows"]
+    if not windows:
+        return _one("windows-limits", OK, "no Windows node")
+    out: list[Finding] = []
+    platform = snap.spec.platform
+    aks = (platform == "aks") or (
+        platform == "auto" and detect_platform(snap.nodes).platform == "aks"
+    )
+    ws2022 = sorted(n.name for n in windows if n.build == c.BUILD_WS2022)
+    if aks and ws2022:
+        version = snap.kube_version
+        source = "AKS release notes, 2026-06-19"
+        if version is not None and version >= (1, AKS_WS2022_LAST_MINOR + 1):
+            out += _one(
+                "windows-limits",
+                WARNING,
+                f"AKS does not support Windows Server 2022 with Kubernetes "
+                f"1.{AKS_WS2022_LAST_MINOR + 1} or later, and this cluster runs "
+                f"{version[0]}.{version[1]} ({source}): move these nodes to a Windows Server "
+                f"2025 node pool; AKS retires Windows Server 2022 on {AKS_WS2022_RETIRES}",
+                ws2022,
+            )
+        else:
+            out += _one(
+                "windows-limits",
+                INFO,
+                f"AKS retires Windows Server 2022 on {AKS_WS2022_RETIRES} and does not offer "
+                f"it with Kubernetes 1.{AKS_WS2022_LAST_MINOR + 1} or later ({source}): plan "
+                "these nodes' move to Windows Server 2025 before either",
+                ws2022,
+            )
+    limit = snap.spec.platforms.windows.enrolled_pods_per_node_limit
+    out += _one(
+        "windows-limits",
+        INFO,
+        f"{len(windows)} Windows node(s): what the Windows data plane does not promise "
+        f"(status.windows; more than {limit} enrolled pods on a node is warned of)",
+        list(WINDOWS_LIMITS),
+    )
+    return out
+
+
 def _webhook(snap: Snapshot) -> list[Finding]:
     hook = snap.webhook
     if not hook.configured:
@@ -794,6 +892,26 @@ CHECKS: tuple[Check, ...] = (
         "Never.",
         "Any (named).",
         _windows_pods,
+    ),
+    Check(
+        "bundled-images",
+        "The images only this project builds (`make images`, docs/images.md): the Windows "
+        "agents and the multi-build redirection-wait image, from spec.images.registry (or the "
+        "running operator's --default-registry, the chart's value registry) or set in full.",
+        "Never.",
+        "One that is unset or a placeholder under Istio's hub while Windows nodes get the "
+        "agents (named, with the command that builds it and the field to set).",
+        _bundled_images,
+    ),
+    Check(
+        "windows-limits",
+        "Windows nodes against the Windows data plane's reported limits, each with its "
+        "source: enrollment that is not fail-closed, about 15 pods per node, TCP and IPv4 "
+        "only, amd64 only; and Windows Server 2022 nodes on AKS, which AKS does not support "
+        "with Kubernetes 1.37 or later and retires on 2028-06-30.",
+        "Never.",
+        "Windows Server 2022 nodes on AKS with Kubernetes 1.37 or later.",
+        _windows_limits,
     ),
     Check(
         "webhook",

@@ -105,14 +105,21 @@ def _rolling(rollout: OrderedRollout) -> PlatformRollout | None:
 
 
 def rollout_message(
-    rollout: OrderedRollout, chosen: AgentTag | None = None, versions: VersionStatus | None = None
+    rollout: OrderedRollout,
+    chosen: AgentTag | None = None,
+    versions: VersionStatus | None = None,
+    held: frozenset[str] = frozenset(),
 ) -> str | None:
     """What the Reconciled message says while a platform rolls or others wait; None otherwise.
 
     When the agents follow istiod, it says so, and from which version to which;
-    a rollback (`versions.rollback`) is named as one.
+    a rollback (`versions.rollback`) is named as one. A platform in `held`
+    (its DaemonSets keep the template they run until approved, status/held.py)
+    is not being replaced: the held message says what approving changes.
     """
     rolling, waiting = _rolling(rollout), rollout.waiting()
+    if rolling is not None and rolling.platform in held:
+        rolling = None
     if rolling is None and not waiting:
         return None
     parts = []
