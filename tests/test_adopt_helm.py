@@ -48,7 +48,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from ambient_devcluster import LocalCluster
+from ambient_devcluster import LocalCluster, api_client_for
 from ambient_devcluster.harness import condition, create_mesh, delete_mesh, read_mesh
 from ambient_devcluster.istio import charts_dir
 from ambient_devcluster.istio import helm as run_helm
@@ -308,7 +308,8 @@ def adoption_guard(k8s: client.ApiClient, identity: Identity) -> Iterator[None]:
     """The chart's guard of taken-over objects, for the identity's ServiceAccount, in force.
 
     In force once a dry-run delete of a taken-over ConfigMap by the admin is
-    refused: the API server loads policies a moment after they are created.
+    refused (the API server loads policies a moment after they are created);
+    the operator's own delete of it then goes through.
     """
     values = {"serviceAccount": {"name": identity.service_account}}
     guard = [
@@ -331,19 +332,20 @@ def adoption_guard(k8s: client.ApiClient, identity: Identity) -> Iterator[None]:
             "annotations": {c.ADOPTED_FROM: "probe"},
         }
     }
-    core.create_namespaced_config_map(identity.namespace, probe)
+    name = probe["metadata"]["name"]
+    core.create_namespaced_config_map(AGENTS, probe)
 
     def refused() -> bool:
         try:
-            core.delete_namespaced_config_map(
-                probe["metadata"]["name"], identity.namespace, dry_run="All"
-            )
+            core.delete_namespaced_config_map(name, AGENTS, dry_run="All")
         except ApiException as exc:
             return exc.status == 403
         return False
 
     try:
         wait_for(refused, TIMEOUT, "the guard refusing a taken-over object's deletion")
+        with api_client_for(identity.kubeconfig) as operator:
+            client.CoreV1Api(operator).delete_namespaced_config_map(name, AGENTS)
         yield
     finally:
         for binding in bindings:

@@ -347,7 +347,7 @@ def test_install_as_the_page_says_then_uninstall_leaves_nothing(
         apps = client.AppsV1Api(api)
         ztunnel = apps.read_namespaced_daemon_set("ztunnel-windows-ltsc2025", "istio-system")
         image = ztunnel.spec.template.spec.containers[0].image
-        assert image == "registry.example.com/istio/ztunnel-windows:1.31.0"
+        assert image == "registry.example.com/ambient/ztunnel-windows:1.30-exp.e245938e.c4094652"
         labels = core.read_namespace("my-app").metadata.labels
         assert labels["istio.io/dataplane-mode"] == "ambient"
         _waypoint(api)
