@@ -82,7 +82,7 @@ def test_the_most_severe_problem_names_the_reason() -> None:
             "istio-system/ztunnel-windows; those ztunnels cannot get certificates for their "
             "pods. Set the istiod chart value "
             "env.CA_TRUSTED_NODE_ACCOUNTS=istio-system/ztunnel,istio-system/ztunnel-windows "
-            "(helm upgrade ... --reuse-values --set-string "
+            "(helm upgrade ... --reset-then-reuse-values --set-string "
             "env.CA_TRUSTED_NODE_ACCOUNTS=istio-system/ztunnel\\,istio-system/ztunnel-windows)",
         ),
         (

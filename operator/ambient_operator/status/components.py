@@ -438,6 +438,6 @@ def trust_message(trusted: Sequence[str], missing: Sequence[str]) -> str:
     return (
         f"istiod's CA_TRUSTED_NODE_ACCOUNTS ({now}) lacks {', '.join(missing)}; those "
         "ztunnels cannot get certificates for their pods. Set the istiod chart value "
-        f"env.CA_TRUSTED_NODE_ACCOUNTS={wanted} (helm upgrade ... --reuse-values "
+        f"env.CA_TRUSTED_NODE_ACCOUNTS={wanted} (helm upgrade ... --reset-then-reuse-values "
         f"--set-string env.CA_TRUSTED_NODE_ACCOUNTS={wanted.replace(',', chr(92) + ',')})"
     )
