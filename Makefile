@@ -9,22 +9,31 @@ CLUSTER_STATE ?= .cache/cluster
 # pause image of `make images`); REAL_NODE=0 leaves it out.
 REAL_NODE ?= 1
 
-.PHONY: all venv bins lint typecheck test demo cluster-up cluster-down crd docs krew bench bench-growth clean
+.PHONY: all venv bins images lint typecheck test demo cluster-up cluster-down crd docs krew bench bench-growth clean
 
 all: test
 
 # The dev cluster (hack/devcluster) is its own package: in the dev virtualenv,
 # never in the operator's wheel or image.
-$(VENV)/.installed: pyproject.toml hack/devcluster/pyproject.toml
+$(VENV)/.installed: pyproject.toml hack/devcluster/pyproject.toml hack/images/pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]' -e hack/devcluster
+	$(VENV)/bin/pip install -q -e '.[dev]' -e hack/devcluster -e hack/images
 	touch $@
 
 venv: $(VENV)/.installed
 
 bins:
 	hack/build-binaries.sh
+
+# The bundled images (docs/images.md) as OCI layouts in .cache/images/<name>/, built
+# from pinned sources without Docker, each program cached per pin set. REGISTRY=
+# host[:port]/prefix also pushes them (the Docker config's credentials); ONLY=a,b
+# builds some. Sources come from GitHub, or from AMBIENT_SOURCES where it is set.
+# The Windows bases are pulled by digest; AMBIENT_IMAGE_BASES=stand-in makes
+# stand-ins where mcr.microsoft.com cannot be reached (the tests do).
+images: venv
+	$(PY) -m ambient_images $(if $(REGISTRY),--registry $(REGISTRY)) $(if $(ONLY),--only $(ONLY))
 
 lint: venv
 	$(VENV)/bin/ruff check operator tests bench hack
@@ -64,7 +73,11 @@ krew: venv
 # TEST_WORKERS=0 runs them in this process, one after another.
 TEST_WORKERS ?= 2
 
+# The tests read the images' layouts (tests/test_images.py), built on stand-in
+# Windows bases unless AMBIENT_IMAGE_BASES says otherwise: mcr.microsoft.com is
+# out of reach on the machines the tests run on.
 test: venv bins lint typecheck
+	AMBIENT_IMAGE_BASES=$${AMBIENT_IMAGE_BASES:-stand-in} $(PY) -m ambient_images
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 cluster-up: venv bins

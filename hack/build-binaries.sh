@@ -129,6 +129,10 @@ build istioctl istio.io/istio/istioctl/cmd/istioctl
 # krew, kubectl's plugin manager, and its manifest validator: the tests install
 # the plugin from the archive hack/gen_krew.py builds, with its manifest.
 build krew sigs.k8s.io/krew/cmd/krew sigs.k8s.io/krew/cmd/validate-krew-manifest
+# A registry server (distribution) and a registry client we did not write
+# (crane): the image tests push to the first on loopback and read back with
+# the second (hack/images, docs/images.md).
+build registry github.com/distribution/distribution/v3/cmd/registry github.com/google/go-containerregistry/cmd/crane
 # The real Linux node (hack/devcluster's RealNode): containerd with its
 # client and runc shim, runc with seccomp (cgo), the CNI reference plugins (in
 # a folder of their own: containerd runs every program of its CNI folder by

@@ -21,8 +21,10 @@ It covers what the tests ask of it and no more:
 from __future__ import annotations
 
 import re
+import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 OS_LABEL = "kubernetes.io/os"
@@ -182,6 +184,34 @@ DEFAULT_TAG = "1.31.0"
 def image_tag(spec: Mapping[str, Any]) -> str:
     """The tag every agent image carries when no image is overridden."""
     return str(_get(spec, "images", "tag", default=DEFAULT_TAG))
+
+
+# Issue 41 and docs/images.md: `make images REGISTRY=<r>` pushes the Windows
+# agents as <r>/ztunnel-windows and <r>/install-cni-windows tagged
+# <istio VERSION>-exp.<istio commit[:8]>.<ztunnel commit[:8]> of the
+# experiment's pair, and redirection-wait as <r>/redirection-wait:<operator
+# version>, the project's version in pyproject.toml. Istio's hub has none of them.
+WINDOWS_AGENT_TAG = "1.30-exp.e245938e.c4094652"
+OPERATOR_VERSION = tomllib.loads(
+    (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+)["project"]["version"]
+UPSTREAM_HUB = "docker.io/istio"
+
+
+def bundled_registry(spec: Mapping[str, Any], default: str | None = None) -> str | None:
+    """spec.images.registry, else the operator's default (the chart's value registry)."""
+    return _get(spec, "images", "registry") or default
+
+
+def redirection_wait_image(spec: Mapping[str, Any], default: str | None = None) -> str | None:
+    """The multi-build image a pod whose build is not fixed gets; None: none is known
+    (docs/windows-redirection-wait.md), and the pod is admitted without it."""
+    explicit = _get(spec, "newPodWorkaround", "multiBuildImage")
+    registry = bundled_registry(spec, default)
+    image = explicit or (f"{registry}/redirection-wait:{OPERATOR_VERSION}" if registry else None)
+    if image is None or image.startswith(f"{UPSTREAM_HUB}/"):
+        return None
+    return str(image)
 
 
 def log_level(spec: Mapping[str, Any]) -> str:

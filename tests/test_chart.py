@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from ambient_devcluster import LocalCluster
 from ambient_operator.api import constants as c
 from ambient_operator.api import crdgen
+from ambient_operator.cli.main import build_parser
 from chart_helpers import (
     CHART,
     TEMPLATE_KUBE_VERSION,
@@ -127,6 +128,8 @@ BAD_VALUES: list[tuple[dict[str, Any], str]] = [
         "must be below highAvailability.replicas",
     ),
     ({"metrics": {"port": 8080}}, "health.port and metrics.port must differ"),
+    ({"registry": "Registry.example.com/UPPER"}, "/registry"),
+    ({"registry": "registry.example.com/ambient/"}, "/registry"),
 ]
 
 
@@ -177,6 +180,33 @@ def test_deployment_is_locked_down() -> None:
         ("https-webhook", 443, "webhook"),
         ("http-metrics", 9090, "metrics"),
     }
+
+
+def test_registry_names_the_operator_image_and_the_operators_default() -> None:
+    # Unset: the image as before, and no default registry handed to the operator.
+    plain = _container(template())
+    assert plain["image"] == "ambient-operator:0.1.0"
+    assert not [a for a in plain["args"] if a.startswith("--default-registry")]
+    # Set: where `make images REGISTRY=...` pushed the operator, tagged with appVersion,
+    # and the AmbientMesh's spec.images.registry when it sets none.
+    both = _container(template({"registry": "registry.example.com:5000/ambient"}))
+    assert both["image"] == "registry.example.com:5000/ambient/ambient-operator:0.1.0"
+    assert "--default-registry=registry.example.com:5000/ambient" in both["args"]
+    # The operator parses what the chart hands it into its option.
+    args = build_parser().parse_args(["run", *both["args"][1:]])
+    assert args.default_registry == "registry.example.com:5000/ambient"
+    # An image of your own wins; a tag or a digest still apply under the registry.
+    own = _container(
+        template({"registry": "r.example/amb", "image": {"repository": "mine.example/op"}})
+    )
+    assert own["image"] == "mine.example/op:0.1.0"
+    assert "--default-registry=r.example/amb" in own["args"]
+    tagged = _container(template({"registry": "r.example/amb", "image": {"tag": "0.2.0-rc.1"}}))
+    assert tagged["image"] == "r.example/amb/ambient-operator:0.2.0-rc.1"
+    pinned = _container(
+        template({"registry": "r.example/amb", "image": {"digest": "sha256:" + "b" * 64}})
+    )
+    assert pinned["image"] == "r.example/amb/ambient-operator@sha256:" + "b" * 64
 
 
 def test_user_node_selector_cannot_unpin_linux() -> None:

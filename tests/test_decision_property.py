@@ -184,7 +184,13 @@ def meshes(draw: st.DrawFn) -> dict[str, Any] | None:
     spec: dict[str, Any] = {"newPodWorkaround": workaround, "platforms": {"windows": windows}}
     if draw(st.booleans()):
         spec["images"] = {"hub": "mirror.example.com/istio", "tag": "1.30.9"}
+    registry = draw(st.sampled_from([None, "mirror.example.com/ambient", oracle.UPSTREAM_HUB]))
+    if registry is not None:
+        spec.setdefault("images", {})["registry"] = registry
     return {"metadata": {"name": "default", "uid": "u"}, "spec": spec}
+
+
+DEFAULT_REGISTRIES = [None, "chart.example.com:5000/ambient"]
 
 
 def _get(obj: Any, *path: str, default: Any = None) -> Any:
@@ -241,7 +247,10 @@ def _guaranteed(spec: dict[str, Any]) -> bool:
 
 
 def expected_decision(
-    pod: dict[str, Any], ns_labels: dict[str, str] | None, mesh: dict[str, Any] | None
+    pod: dict[str, Any],
+    ns_labels: dict[str, str] | None,
+    mesh: dict[str, Any] | None,
+    default_registry: str | None = None,
 ) -> tuple[str, str, str | None, str | None, int]:
     """(action, reason, build or None, image or None, timeout) as the docs describe them."""
     meta, spec = pod["metadata"], pod["spec"]
@@ -282,41 +291,60 @@ def expected_decision(
     per_build = _get(mspec, "newPodWorkaround", "images", default=None) or {
         oracle.WS2022: "mcr.microsoft.com/windows/nanoserver:ltsc2022"
     }
-    hub = _get(mspec, "images", "hub", default="docker.io/istio")
-    tag = _get(mspec, "images", "tag", default="1.31.0")
-    multi = _get(mspec, "newPodWorkaround", "multiBuildImage") or f"{hub}/redirection-wait:{tag}"
+    multi = oracle.redirection_wait_image(mspec, default_registry)
 
-    def image(build: str | None) -> str:
-        return str(per_build.get(build) or multi) if build else multi
+    def inject(reason: str, build: str | None) -> tuple[str, str, str | None, str | None, int]:
+        chosen = (per_build.get(build) or multi) if build else multi
+        if chosen is None:
+            return "withheld", "ImageUnavailable", build, None, 0
+        return "inject", reason, build, chosen, timeout
 
     if spec.get("nodeName"):
         node = JUDGED[spec["nodeName"]]
         if node in capable:
-            return "inject", "ScheduledOnPreWS2025Node", node.build, image(node.build), timeout
+            return inject("ScheduledOnPreWS2025Node", node.build)
         return "none", "NoPreWS2025Node", None, None, 0
     pinned = _pinned(spec)
     if pinned is not None:
         if not (served and oracle.WS2022 in pinned):
             return "none", "NoPreWS2025Build", None, None, 0
         build = next(iter(pinned)) if len(pinned) == 1 else None
-        return "inject", "PinnedToPreWS2025Build", build, image(build), timeout
+        return inject("PinnedToPreWS2025Build", build)
     tolerations = spec.get("tolerations") or []
     if not any(
         oracle.selects(spec, n) and oracle.tolerates_all(tolerations, n.taints) for n in capable
     ):
         return "none", "NoPreWS2025Node", None, None, 0
-    return "inject", "MayLandOnPreWS2025Node", None, multi, timeout
+    return inject("MayLandOnPreWS2025Node", None)
 
 
 @settings(max_examples=examples(5600))
-@given(pod=pods(), ns_labels=st.sampled_from(NAMESPACE_LABELS), mesh=meshes())
+@given(
+    pod=pods(),
+    ns_labels=st.sampled_from(NAMESPACE_LABELS),
+    mesh=meshes(),
+    default_registry=st.sampled_from(DEFAULT_REGISTRIES),
+)
 def test_decision_matches_the_documented_rules(
-    pod: dict[str, Any], ns_labels: dict[str, str] | None, mesh: dict[str, Any] | None
+    pod: dict[str, Any],
+    ns_labels: dict[str, str] | None,
+    mesh: dict[str, Any] | None,
+    default_registry: str | None,
 ) -> None:
-    ctx = d.Context.build(mesh, FACTS)
+    ctx = d.Context.build(mesh, FACTS, default_registry=default_registry)
     decision = d.decide(pod, ns_labels, ctx)
-    action, reason, build, image, timeout = expected_decision(pod, ns_labels, mesh)
+    action, reason, build, image, timeout = expected_decision(
+        pod, ns_labels, mesh, default_registry
+    )
     assert (decision.action, decision.reason) == (action, reason)
+    if action == "withheld":
+        # Admitted unchanged but for the annotation that says why.
+        out = d.mutated(pod, decision)
+        assert out["spec"] == pod["spec"]
+        assert out["metadata"]["annotations"][OUR_ANNOTATION] == (
+            f"withheld; build={build or 'any'}; reason=ImageUnavailable"
+        )
+        return
     if action != "inject":
         return
     assert (decision.build, decision.image, decision.timeout_seconds) == (build, image, timeout)

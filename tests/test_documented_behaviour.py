@@ -69,9 +69,11 @@ NODES = [
         "status": {"nodeInfo": {"operatingSystem": "windows", "kernelVersion": "10.0.20348.1"}},
     },
 ]
-# Windows images named, so nothing but what a test changes degrades the mesh.
+# Windows images named, and the registry of the redirection-wait image, so nothing
+# but what a test changes degrades the mesh.
 BASE_SPEC: dict[str, Any] = {
     "images": {
+        "registry": "registry.example.com/ambient",
         "ztunnel": {"windows": "registry.example.com/istio/ztunnel-windows:1.31.0"},
         "istioCni": {"windows": "registry.example.com/istio/install-cni-windows:1.31.0"},
     }

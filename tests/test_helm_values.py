@@ -433,6 +433,41 @@ def test_import_values_prints_an_ambientmesh_named_default(
     assert code == 0 and yaml.safe_load(out)["spec"] == {"images": {"variant": "distroless"}}
 
 
+def test_import_values_says_where_the_bundled_images_come_from(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Istio's charts have no value for them: the YAML says so on top, a comment.
+    code, out, err = run(tmp_path, capsys, ztunnel="hub: mirror.example.com/istio\n")
+    assert (code, err) == (0, "")
+    assert out.startswith(
+        "# spec.images.hub and tag name Istio's Linux images, as your values did. Istio\n"
+        "# publishes no Windows agents and no redirection-wait image: "
+        "`make images REGISTRY=<registry>`\n"
+        "# builds and pushes them (docs/images.md); set spec.images.registry to that registry\n"
+    )
+    assert yaml.safe_load(out)["spec"]["images"] == {
+        "hub": "mirror.example.com/istio",
+        "variant": "distroless",
+    }
+    # --registry sets it, and then there is nothing left to say.
+    argv = ["import-values", "--ztunnel", str(tmp_path / "ztunnel.yaml")]
+    assert main([*argv, "--registry", "registry.example.com:5000/ambient"]) == 0
+    out = capsys.readouterr().out
+    assert not out.startswith("#")
+    assert yaml.safe_load(out)["spec"]["images"] == {
+        "hub": "mirror.example.com/istio",
+        "registry": "registry.example.com:5000/ambient",
+        "variant": "distroless",
+    }
+    assert main([*argv, "--registry", "Not A Registry"]) == 2
+    refused = capsys.readouterr()
+    assert refused.out == ""
+    assert refused.err.startswith(
+        "ambient-operator import-values: --registry 'Not A Registry': Value error, "
+        "'Not A Registry' is not a valid image repository (hub)"
+    ), refused.err
+
+
 def test_istiod_and_agents_that_disagree_are_refused() -> None:
     with pytest.raises(RefusedValueError) as refused:
         import_values(

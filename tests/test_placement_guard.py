@@ -544,7 +544,13 @@ def _webhook() -> Webhook:
         state.nodes[node["metadata"]["name"]] = node
     state.mesh = {"metadata": {"name": "default", "uid": "u"}, "spec": {}}
     state.namespaces["ns"] = {"labels": {c.LABEL_DATAPLANE_MODE: "ambient"}}
-    return Webhook(state, cast(Kube, NoRequests()), WebhookOptions(url="https://127.0.0.1:9443"))
+    # The operator's default registry (the chart's value), so unpinned pods get an image.
+    return Webhook(
+        state,
+        cast(Kube, NoRequests()),
+        WebhookOptions(url="https://127.0.0.1:9443"),
+        default_registry="registry.example.com/ambient",
+    )
 
 
 def _windows_pod(**placement: Any) -> dict[str, Any]:

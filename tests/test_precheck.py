@@ -185,9 +185,10 @@ def test_a_broken_cluster_blocks(
         ("held-templates", "ok"),
         ("namespace-labels", "warning"),
         ("windows-pods", "warning"),
+        ("bundled-images", "warning"),
         ("webhook", "info"),
     ]
-    assert (body["blocked"], body["blocking"], body["warnings"]) == (True, 2, 3)
+    assert (body["blocked"], body["blocking"], body["warnings"]) == (True, 2, 4)
     assert finding(body, "kubernetes", "ok")["message"] == (
         "Kubernetes 1.37 (supported: 1.30 to 1.37)"
     )
@@ -218,13 +219,24 @@ def test_a_broken_cluster_blocks(
         "win-apps/web: ScheduledOnPreWS2025Node: bound to node win2022-1 (build 10.0.20348)"
     ]
     assert finding(body, "webhook", "info")["message"] == "not installed yet (no AmbientMesh)"
+    # No AmbientMesh, no operator: nothing names where the Windows images come from.
+    bundled = finding(body, "bundled-images", "warning")
+    assert bundled["message"] == (
+        "3 image(s) the Windows nodes need are unset or placeholders; "
+        "`make images REGISTRY=<registry>` builds and pushes them (docs/images.md)"
+    )
+    assert [item.split(":")[0] for item in bundled["items"]] == [
+        "spec.images.ztunnel.windows is unset, and so is spec.images.registry",
+        "spec.images.istioCni.windows is unset, and so is spec.images.registry",
+        "spec.newPodWorkaround.multiBuildImage is unset, and so is spec.images.registry",
+    ]
 
     # The same as a person reads it, with the same exit code.
     done = precheck(pc_cluster)
     assert done.returncode == 1
     assert "[BLOCK] istiod: no istiod" in done.stdout
     assert done.stdout.endswith(
-        "ambient will not work here as things are: 2 blocking, 3 warning(s)\n"
+        "ambient will not work here as things are: 2 blocking, 4 warning(s)\n"
     )
     # It only read.
     events = audit.events(since, user=PRECHECK_USER)
@@ -308,9 +320,15 @@ def test_a_healthy_cluster_passes(
         ("held-templates", "ok"),
         ("namespace-labels", "ok"),
         ("windows-pods", "ok"),
+        ("bundled-images", "ok"),
         ("webhook", "ok"),
     ]
     assert (body["blocked"], body["blocking"], body["warnings"]) == (False, 0, 1)
+    # The sample names the registry `make images` pushed to.
+    assert finding(body, "bundled-images", "ok")["message"] == (
+        "the Windows agents and the redirection-wait image come from spec.images.registry "
+        "registry.example.com/ambient"
+    )
     revisions = finding(body, "revisions", "info")
     assert (revisions["message"], revisions["items"]) == (
         "1 istiod revision(s)",

@@ -7,7 +7,7 @@ tests/test_precheck.py's.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -68,6 +68,9 @@ GATEWAY_CRDS = {
 }
 
 
+CHART_REGISTRY = "registry.example.com:5000/ambient"
+
+
 def _snapshot(**changes: Any) -> p.Snapshot:
     base: dict[str, Any] = dict(
         kube_version=(1, 34),
@@ -85,6 +88,8 @@ def _snapshot(**changes: Any) -> p.Snapshot:
         webhook=p.Webhook(
             configured=True, service="ambient-operator/ambient-operator", ready_endpoints=1
         ),
+        # The chart's value registry, read off the operator's --default-registry.
+        default_registry=CHART_REGISTRY,
     )
     base.update(changes)
     return p.Snapshot(**base)
@@ -116,6 +121,7 @@ def test_a_healthy_cluster_blocks_nothing() -> None:
         "held-templates": ["ok"],
         "namespace-labels": ["ok"],
         "windows-pods": ["ok"],
+        "bundled-images": ["ok"],
         "webhook": ["ok"],
     }
     assert not p.blocked(findings)
@@ -341,6 +347,87 @@ def test_windows_pods_without_the_workaround_warn() -> None:
     assert finding.items == tuple(misses)
 
 
+def test_bundled_images_say_what_to_build_and_set() -> None:
+    healthy = _only(p.judge(_snapshot()), "bundled-images", "ok")
+    assert healthy.message == (
+        "the Windows agents and the redirection-wait image come from spec.images.registry "
+        "registry.example.com:5000/ambient"
+    )
+    # No registry anywhere: both agents and the redirection-wait image are named.
+    bare = _only(p.judge(_snapshot(default_registry=None)), "bundled-images", "warning")
+    assert bare.message.startswith("3 image(s) the Windows nodes need are unset or placeholders")
+    assert "`make images REGISTRY=<registry>` builds and pushes them" in bare.message
+    assert [item.split(":")[0] for item in bare.items] == [
+        "spec.images.ztunnel.windows is unset, and so is spec.images.registry",
+        "spec.images.istioCni.windows is unset, and so is spec.images.registry",
+        "spec.newPodWorkaround.multiBuildImage is unset, and so is spec.images.registry",
+    ]
+    assert all("`make images REGISTRY=<registry>`" in item for item in bare.items)
+    assert "docker.io/istio/ztunnel-windows:1.31.0, which Istio does not publish" in bare.items[0]
+    assert "(ImageUnavailable)" in bare.items[2]
+    # The spec's own registry; a placeholder under Istio's hub is still named.
+    spec = AmbientMeshSpec.model_validate(
+        {
+            "images": {
+                "registry": "mine.example.com/amb",
+                "ztunnel": {"windows": "docker.io/istio/ztunnel-windows:1.30.0"},
+            }
+        }
+    )
+    placeholder = _only(p.judge(_snapshot(spec=spec)), "bundled-images", "warning")
+    assert placeholder.items == (
+        "ztunnel on Windows Server 2022 (build 10.0.20348) uses "
+        "docker.io/istio/ztunnel-windows:1.30.0, a placeholder: Istio does not publish Windows "
+        "images under docker.io/istio. Build it with `make images REGISTRY=<registry>` "
+        "(docs/images.md), then set spec.images.registry (or the chart's value registry) to "
+        "that registry, or set spec.images.ztunnel.windows to an image of your own",
+    )
+    linux_only = _snapshot(nodes=[_node("linux-1", "linux")], default_registry=None)
+    assert _only(p.judge(linux_only), "bundled-images", "info").message == (
+        "no Windows node gets the agents: none needed"
+    )
+
+
+class _Deployments:
+    """A Reader that knows one Deployment, as the chart renders the operator's."""
+
+    def __init__(self, container: dict[str, Any]) -> None:
+        self.container = container
+        self.asked: list[tuple[str, str | None]] = []
+
+    def get(self, kind: Any, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        self.asked.append((name, namespace))
+        if (kind.kind, name, namespace) != ("Deployment", "ambient-operator", "ops"):
+            return None
+        return {"spec": {"template": {"spec": {"containers": [self.container]}}}}
+
+
+@pytest.mark.parametrize(
+    ("container", "found"),
+    [
+        ({"args": ["run", "--default-registry=r.example:5000/amb"]}, "r.example:5000/amb"),
+        (
+            {"env": [{"name": "AMBIENT_OPERATOR_DEFAULT_REGISTRY", "value": "r.example/env"}]},
+            "r.example/env",
+        ),
+        ({"args": ["run", "--cni-rbac=chart"]}, None),
+    ],
+)
+def test_precheck_reads_the_operators_default_registry(
+    container: dict[str, Any], found: str | None
+) -> None:
+    # The Deployment the webhook's Service is named after: the chart names both alike.
+    read = _Deployments(container)
+    hook = p.Webhook(configured=True, service="ops/ambient-operator", ready_endpoints=1)
+    assert pc._default_registry(cast(Any, read), hook) == found
+    assert read.asked == [("ambient-operator", "ops")]
+    # A webhook called by URL names no Service: nothing to read.
+    by_url = _Deployments(container)
+    by_url_hook = p.Webhook(configured=True, url="https://x")
+    assert pc._default_registry(cast(Any, by_url), by_url_hook) is None
+    assert by_url.asked == []
+
+
 def test_every_check_says_when_it_blocks_and_warns() -> None:
     assert [check.name for check in p.CHECKS] == [
         "kubernetes",
@@ -358,6 +445,7 @@ def test_every_check_says_when_it_blocks_and_warns() -> None:
         "held-templates",
         "namespace-labels",
         "windows-pods",
+        "bundled-images",
         "webhook",
     ]
     assert all(check.what and check.blocks and check.warns for check in p.CHECKS)

@@ -503,6 +503,15 @@ def test_windows_istio_cni_gets_the_pipe_and_host_paths_from_its_config_map() ->
     [
         ({}, "docker.io/istio/ztunnel-windows:1.31.0"),
         ({"hub": "r.example/i", "tag": "9.9"}, "r.example/i/ztunnel-windows:9.9"),
+        # Where `make images` pushed them, tagged with the experiment pair (issue 41).
+        (
+            {"registry": "r.example:5000/amb", "hub": "r.example/i", "tag": "9.9"},
+            "r.example:5000/amb/ztunnel-windows:1.30-exp.e245938e.c4094652",
+        ),
+        (
+            {"registry": "r.example/amb", "ztunnel": {"windows": "r.example/zt:win"}},
+            "r.example/zt:win",
+        ),
         ({"ztunnel": {"windows": "r.example/zt:win"}}, "r.example/zt:win"),
         (
             {
@@ -518,6 +527,65 @@ def test_windows_istio_cni_gets_the_pipe_and_host_paths_from_its_config_map() ->
 def test_windows_image_precedence(images: dict[str, Any], expected: str) -> None:
     result = render(spec={"images": images})
     assert pod(result, "ztunnel-windows-ltsc2022")["containers"][0]["image"] == expected
+
+
+def test_the_registry_names_both_windows_agents_and_leaves_linux_to_hub() -> None:
+    result = render(spec={"images": {"registry": "r.example:5000/amb"}})
+    images = {
+        name: pod(result, name)["containers"][0]["image"]
+        for name in (
+            "ztunnel-windows-ltsc2022",
+            "ztunnel-windows-ltsc2025",
+            "istio-cni-node-windows-ltsc2022",
+            "istio-cni-node-windows-ltsc2025",
+            "ztunnel",
+            "istio-cni-node",
+        )
+    }
+    assert images == {
+        "ztunnel-windows-ltsc2022": "r.example:5000/amb/ztunnel-windows:1.30-exp.e245938e.c4094652",
+        "ztunnel-windows-ltsc2025": "r.example:5000/amb/ztunnel-windows:1.30-exp.e245938e.c4094652",
+        "istio-cni-node-windows-ltsc2022": (
+            "r.example:5000/amb/install-cni-windows:1.30-exp.e245938e.c4094652"
+        ),
+        "istio-cni-node-windows-ltsc2025": (
+            "r.example:5000/amb/install-cni-windows:1.30-exp.e245938e.c4094652"
+        ),
+        "ztunnel": "docker.io/istio/ztunnel:1.31.0",
+        "istio-cni-node": "docker.io/istio/install-cni:1.31.0",
+    }
+    # Nothing left to warn about: the agents and the redirection-wait image are known.
+    assert not [w for w in result.warnings if "make images" in w], result.warnings
+
+
+def test_unset_or_placeholder_bundled_images_are_warned_about() -> None:
+    bare = render(spec={})
+    told = [w.split(":")[0] for w in bare.warnings if "make images REGISTRY=<registry>" in w]
+    assert told == [
+        "spec.images.ztunnel.windows is unset, and so is spec.images.registry",
+        "spec.images.istioCni.windows is unset, and so is spec.images.registry",
+        "spec.newPodWorkaround.multiBuildImage is unset, and so is spec.images.registry",
+    ]
+    placeholder = render(
+        spec={
+            "images": {"registry": "r.example/amb"},
+            "newPodWorkaround": {"multiBuildImage": "docker.io/istio/redirection-wait:1.31.0"},
+        }
+    )
+    assert [w for w in placeholder.warnings if "make images" in w] == [
+        "spec.newPodWorkaround.multiBuildImage names docker.io/istio/redirection-wait:1.31.0, a "
+        "placeholder: Istio does not publish a redirection-wait image: a new Windows pod whose "
+        "build is not fixed that may land on Windows Server 2022 (build 10.0.20348) is admitted "
+        "without the redirection-wait init container (ImageUnavailable): its containers may "
+        "start before istio-cni redirects it, and its traffic then bypasses ztunnel. Build it "
+        "with `make images REGISTRY=<registry>` (docs/images.md), then set "
+        "spec.images.registry (or the chart's value registry) to that registry, or set "
+        "spec.newPodWorkaround.multiBuildImage to an image of your own"
+    ]
+    # With the workaround off no pod would get the image: nothing to say of it.
+    off = render(spec={"newPodWorkaround": {"enabled": False}})
+    assert len([w for w in off.warnings if "make images" in w]) == 2  # the agents only
+    assert not [w for w in off.warnings if "init container" in w], off.warnings
 
 
 def test_per_build_image_applies_to_its_build_only() -> None:

@@ -303,6 +303,7 @@ def test_status_json_is_the_same_state(
         ],
         "webhook": {
             "misses": 1,
+            "imageUnavailable": 0,
             "pods": [
                 "shop/win-old: ScheduledOnPreWS2025Node: bound to node win2022-1 (build 10.0.20348)"
             ],

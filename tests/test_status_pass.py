@@ -147,6 +147,7 @@ def test_the_first_passes_are_full(cluster: Cluster) -> None:
         **counts(linux=(2, 1, 1), windows=(0, 0, 1)),
         "examplePendingPods": ["shop/a-2", "web/b-1", "web/w-1"],
         "workaroundMisses": 0,
+        "workaroundImageUnavailable": 0,
     }
 
 
@@ -167,6 +168,7 @@ def test_a_pod_change_runs_a_status_only_pass(
         **counts(linux=(3, 1, 1), windows=(0, 0, 1)),
         "examplePendingPods": ["shop/a-3", "web/b-1", "web/w-1"],
         "workaroundMisses": 0,
+        "workaroundImageUnavailable": 0,
     }
     # One write: the status.
     assert cluster.kube.writes[writes:] == [("status", "AmbientMesh", "default")]
@@ -204,6 +206,7 @@ def test_a_namespace_label_runs_a_full_pass(
         **counts(linux=(4, 0, 2), windows=(0, 0, 1)),
         "examplePendingPods": ["batch/c-1", "shop/a-3", "web/w-1"],
         "workaroundMisses": 0,
+        "workaroundImageUnavailable": 0,
     }
 
 

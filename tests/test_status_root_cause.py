@@ -18,6 +18,8 @@ from ambient_operator.status.components import ApplyOutcome, degraded_verdict, m
 SPEC = AmbientMeshSpec.model_validate(
     {
         "images": {
+            # The redirection-wait image's registry; the agents' images set in full.
+            "registry": "registry.example.com/ambient",
             "ztunnel": {"windows": "registry.example.com/ztunnel-windows:1"},
             "istioCni": {"windows": "registry.example.com/install-cni-windows:1"},
         }

@@ -9,6 +9,7 @@ import json
 import re
 import socket
 import ssl
+import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -21,6 +22,7 @@ from cryptography.hazmat.primitives import serialization
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import oracle
 from ambient_operator.api import constants as c
 from ambient_operator.api.conditions import AdmissionReason
 from ambient_operator.cli.main import build_parser
@@ -65,8 +67,15 @@ def _mesh(**spec: Any) -> dict[str, Any]:
     return {"metadata": {"name": "default", "uid": "u"}, "spec": spec}
 
 
+# Where `make images` pushed the bundled images: given as the operator's default
+# (the chart's value registry), so the multi-build image is known.
+REGISTRY = "registry.example.com:5000/ambient"
+
+
 def _ctx(nodes: list[NodeFacts] | None = None, **spec: Any) -> d.Context:
-    return d.Context.build(_mesh(**spec), _nodes() if nodes is None else nodes)
+    return d.Context.build(
+        _mesh(**spec), _nodes() if nodes is None else nodes, default_registry=REGISTRY
+    )
 
 
 def _pod(**spec: Any) -> dict[str, Any]:
@@ -152,14 +161,14 @@ def test_affinity_build_pins() -> None:
     assert one.image == "mcr.microsoft.com/windows/nanoserver:ltsc2022"
     both = d.decide(_pod(**affinity([c.BUILD_WS2022], [c.BUILD_WS2025])), ENROLLED, _ctx())
     assert (both.action, both.build) == ("inject", None)  # several builds: multi-build image
-    assert both.image == "docker.io/istio/redirection-wait:1.31.0"
+    assert both.image == f"{REGISTRY}/redirection-wait:{oracle.OPERATOR_VERSION}"
     ws2025 = d.decide(_pod(**affinity([c.BUILD_WS2025])), ENROLLED, _ctx())
     assert ws2025.action == "none"
 
 
 def test_runtime_class_makes_a_windows_pod() -> None:
     rcs = {"win": {"nodeSelector": {c.LABEL_OS: "windows"}, "tolerations": TOLERATE}}
-    ctx = d.Context.build(_mesh(), _nodes(), rcs)
+    ctx = d.Context.build(_mesh(), _nodes(), rcs, default_registry=REGISTRY)
     assert d.decide(_pod(runtimeClassName="win"), ENROLLED, ctx).inject
     assert not d.decide(_pod(runtimeClassName="other"), ENROLLED, ctx).inject
 
@@ -215,7 +224,63 @@ def test_images_and_timeout_come_from_the_spec() -> None:
     pinned = d.decide(_pod(**_pinned(c.BUILD_WS2022)), ENROLLED, ctx)
     assert (pinned.image, pinned.timeout_seconds) == ("registry.example.com/nano:ltsc2022", 30)
     loose = d.decide(_pod(**WIN), ENROLLED, ctx)
-    assert loose.image == "registry.example.com/istio/redirection-wait:9.9.9"
+    # Not under hub and tag, which are Istio's: under the registry `make images` pushed
+    # to, tagged with the operator's version (pyproject.toml's).
+    assert loose.image == f"{REGISTRY}/redirection-wait:{oracle.OPERATOR_VERSION}"
+    own = _ctx(
+        images={"registry": "mine.example.com/amb"},
+        newPodWorkaround={"multiBuildImage": "mine.example.com/wait:multi"},
+    )
+    assert d.decide(_pod(**WIN), ENROLLED, own).image == "mine.example.com/wait:multi"
+    spec_registry = _ctx(images={"registry": "mine.example.com/amb"})
+    assert (
+        d.decide(_pod(**WIN), ENROLLED, spec_registry).image
+        == f"mine.example.com/amb/redirection-wait:{oracle.OPERATOR_VERSION}"
+    )
+
+
+def _bare(**spec: Any) -> d.Context:
+    """A context with no registry anywhere: neither the spec's nor the operator's."""
+    return d.Context.build(_mesh(**spec), _nodes())
+
+
+def test_an_unavailable_image_is_withheld_not_handed_over() -> None:
+    # The multi-build default with no registry is <hub>/redirection-wait:<tag>, which
+    # nobody pushed: the pod is admitted unchanged but for the annotation saying why.
+    pod = _pod(**WIN)
+    decision = d.decide(pod, ENROLLED, _bare())
+    assert (decision.action, decision.reason, decision.build, decision.image) == (
+        "withheld",
+        "ImageUnavailable",
+        None,
+        None,
+    )
+    out = d.mutated(pod, decision)
+    assert out["metadata"]["annotations"] == {
+        d.ANNOTATION: "withheld; build=any; reason=ImageUnavailable"
+    }
+    assert out["spec"] == pod["spec"]
+    assert jsonpatch.apply_patch(pod, d.json_patch(pod, decision)) == out
+    assert d.withheld(out) and not d.withheld(pod)
+    # A placeholder under Istio's hub is as unavailable as nothing at all.
+    placeholder = _bare(newPodWorkaround={"multiBuildImage": "docker.io/istio/redirection-wait:1"})
+    assert d.decide(pod, ENROLLED, placeholder).reason == "ImageUnavailable"
+    on_hub = _bare(images={"registry": "docker.io/istio"})
+    assert d.decide(pod, ENROLLED, on_hub).reason == "ImageUnavailable"
+    # Per-build images are real public images: a pod pinned to WS2022 still gets one.
+    pinned = d.decide(_pod(**_pinned(c.BUILD_WS2022)), ENROLLED, _bare())
+    assert (pinned.action, pinned.image) == (
+        "inject",
+        "mcr.microsoft.com/windows/nanoserver:ltsc2022",
+    )
+    # The spec's own registry wins over the operator's default.
+    both = d.Context.build(
+        _mesh(images={"registry": "mine.example.com/amb"}), _nodes(), default_registry=REGISTRY
+    )
+    assert (
+        d.decide(pod, ENROLLED, both).image
+        == f"mine.example.com/amb/redirection-wait:{oracle.OPERATOR_VERSION}"
+    )
 
 
 def test_init_container_volume_environment_and_command() -> None:
@@ -474,6 +539,22 @@ def test_run_flags() -> None:
     assert args.webhook_namespace == "ops" and args.webhook_listen_address == "0.0.0.0"
 
 
+def test_a_bad_default_registry_is_refused_by_name() -> None:
+    # `run` checks --default-registry as spec.images.registry is, before it starts.
+    done = subprocess.run(
+        [str(ROOT / ".venv/bin/ambient-operator"), "run", "--default-registry", "Reg.Example/UP/"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(
+        "ambient-operator run: --default-registry 'Reg.Example/UP/': Value error, "
+        "'Reg.Example/UP/' is not a valid image repository (hub)"
+    ), done.stderr
+
+
 # -- misses -----------------------------------------------------------------------
 
 
@@ -482,7 +563,7 @@ def test_misses_are_judged_by_the_same_decision() -> None:
     state.namespaces["ns"] = {"labels": ENROLLED}
     ctx = _ctx()
     seen: list[int] = []
-    tracker = MissTracker(state, cast(Any, None), lambda: ctx, seen.append)
+    tracker = MissTracker(state, cast(Any, None), lambda: ctx, lambda n, _u: seen.append(n))
     missed = _pod(**_pinned(c.BUILD_WS2022))
     missed["metadata"]["uid"] = "1"
     linux = _pod(nodeSelector={c.LABEL_OS: "linux"})
@@ -506,7 +587,7 @@ def test_pods_bound_to_known_linux_nodes_are_no_suspects() -> None:
     state.nodes["linux-amd64-1"] = sample["linux-amd64-1"]
     state.nodes["win2022-1"] = sample["win2022-1"]
     ctx = _ctx()
-    tracker = MissTracker(state, cast(Any, None), lambda: ctx, lambda _n: None)
+    tracker = MissTracker(state, cast(Any, None), lambda: ctx, lambda _n, _u: None)
     for name, node in (
         ("on-linux", "linux-amd64-1"),
         ("on-win", "win2022-1"),
@@ -523,7 +604,7 @@ def test_pods_bound_to_known_linux_nodes_are_no_suspects() -> None:
     assert set(tracker.suspects) == {("ns", "on-win")}
     # Without suspects no context is built at all.
     asked: list[int] = []
-    idle = MissTracker(state, cast(Any, None), lambda: asked.append(1) or ctx, lambda _n: None)
+    idle = MissTracker(state, cast(Any, None), lambda: asked.append(1) or ctx, lambda _n, _u: None)
     assert idle.judge() == {} and asked == []
 
 
@@ -532,10 +613,55 @@ class _Posted:
 
     def __init__(self) -> None:
         self.names: list[str] = []
+        self.said: dict[str, tuple[str, str, str]] = {}
 
     def post(self, obj: Any, kind_type: str, reason: str, message: str) -> bool:
         self.names.append(obj["metadata"]["name"])
+        self.said[obj["metadata"]["name"]] = (kind_type, reason, message)
         return True
+
+
+def test_withheld_pods_are_misses_told_apart() -> None:
+    state = ClusterState()
+    state.namespaces["ns"] = {"labels": ENROLLED}
+    bare = _bare()
+    ctx = bare
+    counts: list[tuple[int, int]] = []
+    posted = _Posted()
+    tracker = MissTracker(state, cast(Any, posted), lambda: ctx, lambda n, u: counts.append((n, u)))
+    # Admitted by the webhook without the init container: its annotation says why.
+    withheld = _pod(**WIN)
+    withheld = d.mutated(withheld, d.decide(withheld, ENROLLED, bare))
+    withheld["metadata"] |= {"name": "withheld", "uid": "u1"}
+    # Admitted while the webhook did not answer: no annotation.
+    unanswered = _pod(**_pinned(c.BUILD_WS2022))
+    unanswered["metadata"] |= {"name": "unanswered", "uid": "u2"}
+    # Given the init container: no miss.
+    given = _pod(**_pinned(c.BUILD_WS2022))
+    given = d.mutated(given, d.decide(given, ENROLLED, bare))
+    given["metadata"] |= {"name": "given", "uid": "u3"}
+    for pod in (withheld, unanswered, given):
+        tracker.observe("ADDED", pod)
+    assert set(tracker.suspects) == {("ns", "withheld"), ("ns", "unanswered")}
+    asyncio.run(tracker.check())
+    assert counts == [(2, 1)]
+    assert {n: said[:2] for n, said in posted.said.items()} == {
+        "withheld": ("Warning", "RedirectionWaitImageUnavailable"),
+        "unanswered": ("Warning", "RedirectionWaitMissing"),
+    }
+    message = posted.said["withheld"][2]
+    for fragment in (
+        "(ImageUnavailable)",
+        "bypasses ztunnel",
+        "`make images REGISTRY=<registry>`",
+        "set spec.images.registry",
+    ):
+        assert fragment in message, message
+    # Once a registry is set the webhook would inject; the pod still lacks the init
+    # container, for want of the image when it was admitted.
+    ctx = _ctx()
+    asyncio.run(tracker.check())
+    assert counts[-1] == (2, 1)
 
 
 def test_misses_are_told_twenty_a_pass_and_counted_at_once() -> None:
@@ -544,7 +670,7 @@ def test_misses_are_told_twenty_a_pass_and_counted_at_once() -> None:
     ctx = _ctx()
     counts: list[int] = []
     posted = _Posted()
-    tracker = MissTracker(state, cast(Any, posted), lambda: ctx, counts.append)
+    tracker = MissTracker(state, cast(Any, posted), lambda: ctx, lambda n, _u: counts.append(n))
     for i in range(45):
         pod = _pod(**_pinned(c.BUILD_WS2022))
         pod["metadata"] |= {"name": f"p{i:02d}", "uid": f"u{i}"}

@@ -35,11 +35,16 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- default (include "ambient-operator.fullname" .) .Values.serviceAccount.name -}}
 {{- end -}}
 
+{{/* The operator image: under `registry` while image.repository keeps its default. */}}
 {{- define "ambient-operator.image" -}}
+{{- $repository := .Values.image.repository -}}
+{{- if and .Values.registry (eq $repository "ambient-operator") -}}
+{{- $repository = printf "%s/%s" .Values.registry $repository -}}
+{{- end -}}
 {{- if .Values.image.digest -}}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- printf "%s@%s" $repository .Values.image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 {{- end -}}
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from ambient_operator.api import constants as c
+
 # The operator's own image; its tag is the operator's version.
 OPERATOR: Final = "ambient-operator"
 # The init container image the webhook names by default: an OCI index with one
@@ -37,8 +39,38 @@ WINDOWS_AGENT_TAG: Final = (
 
 # The command that builds and pushes every bundled image (docs/images.md).
 BUILD_COMMAND: Final = "make images REGISTRY=<registry>"
+# Where the user names that registry: the AmbientMesh field, and the chart's
+# value that the operator takes as its default (--default-registry).
+REGISTRY_FIELD: Final = "spec.images.registry"
+CHART_REGISTRY_VALUE: Final = "registry"
+# Istio's own hub publishes none of the images above: a reference there is a
+# placeholder that no pull can resolve.
+UPSTREAM_HUB: Final = "docker.io/istio"
+# The same hub as Docker's tools also spell it.
+UPSTREAM_HUB_ALIASES: Final = (UPSTREAM_HUB, "istio", "index.docker.io/istio")
+# Tag of the operator's images when no installed package names its version
+# (a source tree run without `pip install`): `make images` never pushes it.
+UNVERSIONED: Final = "0.0.0-unversioned"
+
+
+def operator_tag() -> str:
+    """Tag of the operator's own images (the operator and redirection-wait): its version."""
+    return c.operator_version() or UNVERSIONED
 
 
 def reference(registry: str, name: str, tag: str) -> str:
     """The reference `make images REGISTRY=<registry>` pushes an image under."""
     return f"{registry.rstrip('/')}/{name}:{tag}"
+
+
+def is_placeholder(image: str) -> bool:
+    """Whether a reference names one of these images under Istio's hub, which has none."""
+    name = image.split("@", 1)[0]
+    if ":" in name.rsplit("/", 1)[-1]:
+        name = name.rsplit(":", 1)[0]
+    hub, _, repository = name.rpartition("/")
+    return hub in UPSTREAM_HUB_ALIASES and repository in (
+        ZTUNNEL_WINDOWS,
+        INSTALL_CNI_WINDOWS,
+        REDIRECTION_WAIT,
+    )

@@ -167,6 +167,7 @@ class PodEvent(StrEnum):
     """Warning Events on a pod."""
 
     REDIRECTION_WAIT_MISSING = "RedirectionWaitMissing"
+    REDIRECTION_WAIT_IMAGE_UNAVAILABLE = "RedirectionWaitImageUnavailable"
 
 
 class AdmissionReason(StrEnum):
@@ -187,6 +188,7 @@ class AdmissionReason(StrEnum):
     NOT_WINDOWS = "NotWindows"
     NO_PRE_WS2025_BUILD = "NoPreWS2025Build"
     NO_PRE_WS2025_NODE = "NoPreWS2025Node"
+    IMAGE_UNAVAILABLE = "ImageUnavailable"
 
 
 class BadReviewReason(StrEnum):
@@ -897,6 +899,21 @@ POD_EVENTS = Table(
             "operator runs and its Service has endpoints.",
             "Pod",
         ),
+        Row(
+            PodEvent.REDIRECTION_WAIT_IMAGE_UNAVAILABLE,
+            "A new Windows pod that may run on a pre-WS2025 node was admitted without the "
+            "redirection-wait init container because the image it would get is known not to "
+            "exist: no `spec.newPodWorkaround.multiBuildImage` and no `spec.images.registry` "
+            "(nor the chart's `registry`), or one under Istio's hub, which publishes none "
+            "(admission reason `ImageUnavailable`). The webhook never hands a pod an image that "
+            "cannot be pulled. Its containers may start before istio-cni redirects its "
+            "traffic, which then bypasses ztunnel until redirection is on. Counted in "
+            "`status.enrollment.workaroundMisses` and `workaroundImageUnavailable`.",
+            "Build the images with `make images REGISTRY=<registry>` (docs/images.md) and set "
+            "`spec.images.registry` to that registry (or the chart's `registry`); then delete "
+            "the pod so it is recreated with the workaround.",
+            "Pod",
+        ),
     ),
 )
 
@@ -980,6 +997,16 @@ ADMISSION_DECISIONS = Table(
             "No WS2022 node with agents matches the pod's selection and tolerations, or it is "
             "bound to a node that needs no workaround.",
             where="none",
+        ),
+        Row(
+            AdmissionReason.IMAGE_UNAVAILABLE,
+            "The pod needs the init container, but the image it would get is known not to "
+            "exist: no `spec.newPodWorkaround.multiBuildImage` (or per-build image) and no "
+            "`spec.images.registry`, or one under Istio's hub, which publishes none. The pod is "
+            "admitted without it, never handed an image that cannot be pulled; its annotation "
+            "reads `withheld; build=...; reason=ImageUnavailable`, and the operator posts the "
+            "Warning Event `RedirectionWaitImageUnavailable` and counts it in status.",
+            where="withheld",
         ),
         Row(
             ErrorReason.EXCEPTION,

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ambient_operator.api import bundled
 from ambient_operator.api import constants as c
 
 Chart = Literal["ztunnel", "istio-cni"]
@@ -241,16 +242,26 @@ _BOTH: dict[str, Entry] = {
     ),
 }
 
+
+def _windows_images(name: str) -> str:
+    return (
+        "applied only without spec.images.registry: Windows images are then "
+        f"<hub>/{name}:<tag>, which Istio does not publish"
+    )
+
+
+_ZTUNNEL_IMAGES = _windows_images(bundled.ZTUNNEL_WINDOWS)
+
 ZTUNNEL: dict[str, Entry] = {
     **_BOTH,
     "hub": Carried(
         "spec.images.hub",
-        "applied: Windows images are <hub>/ztunnel-windows:<tag>",
+        _ZTUNNEL_IMAGES,
         _to("images.hub"),
     ),
     "tag": Carried(
         "spec.images.tag",
-        "applied: Windows images are <hub>/ztunnel-windows:<tag>",
+        _ZTUNNEL_IMAGES,
         _to("images.tag"),
     ),
     "image": Carried(
@@ -417,7 +428,7 @@ _SELECTORS = (
     "same rule istio-cni applies"
 )
 
-_CNI_IMAGES = "applied: Windows images are <hub>/install-cni-windows:<tag>"
+_CNI_IMAGES = _windows_images(bundled.INSTALL_CNI_WINDOWS)
 _CNI_HUB = Carried("spec.images.hub", _CNI_IMAGES, _to("images.hub"))
 _CNI_TAG = Carried("spec.images.tag", _CNI_IMAGES, _to("images.tag"))
 _CNI_LOG_LEVEL = Carried(

@@ -356,9 +356,10 @@ class ComponentImage(ApiModel):
     windows: ImageRef | None = Field(
         default=None,
         description="Full image reference for every Windows build (HostProcess images "
-        "need not match the host build). Istio publishes no Windows images: build the one "
-        "of Istio's Windows experiment and set this. Unset: <hub>/<name>-windows:<tag>, "
-        "the name that build gives, and the AmbientMesh is Degraded (RenderWarning).",
+        "need not match the host build). Istio publishes no Windows images: `make images` "
+        "builds them from Istio's Windows experiment. Unset: the one under "
+        "spec.images.registry; with no registry either, <hub>/<name>-windows:<tag>, the "
+        "name the experiment's build gives, and the AmbientMesh is Degraded (RenderWarning).",
     )
     windows_builds: Annotated[dict[SupportedBuild, ImageRef], Field(max_length=4)] | None = Field(
         default=None, description="Per-build image references, keyed by Windows build."
@@ -368,7 +369,24 @@ class ComponentImage(ApiModel):
 class Images(ApiModel):
     """Where the agent images come from."""
 
-    hub: Repository = "docker.io/istio"
+    hub: Repository = Field(
+        default="docker.io/istio",
+        description="Istio's registry and path of the Linux agents' images "
+        "(<hub>/<name>:<tag>) and the waypoints'. It holds no Windows image: those come from "
+        "registry.",
+    )
+    registry: Repository | None = Field(
+        default=None,
+        description="The registry `make images REGISTRY=<registry>` pushed this project's "
+        "images to (docs/images.md). Set, each image not set in full below comes from it: "
+        "the Windows agents as <registry>/ztunnel-windows and <registry>/install-cni-windows "
+        "tagged with the Windows experiment pair they were built from, and the multi-build "
+        "redirection-wait image (spec.newPodWorkaround.multiBuildImage) as "
+        "<registry>/redirection-wait:<operator version>. Unset: the operator's default (the "
+        "chart's value registry); with neither, the Windows agents get a name nobody "
+        "publishes and pods whose Windows build is not fixed get no redirection-wait init "
+        "container (ImageUnavailable), both reported in status.",
+    )
     tag: ImageTag = Field(
         default=c.ISTIO_VERSION,
         description="The agents' Istio version, and the tag of every image not set in full "
@@ -405,6 +423,12 @@ class Images(ApiModel):
     )
     ztunnel: ComponentImage = ComponentImage()
     istio_cni: ComponentImage = ComponentImage()
+
+    def with_registry(self, registry: str | None) -> Images:
+        """These images with `registry` as the default registry, when none is set."""
+        if self.registry or not registry:
+            return self
+        return self.model_copy(update={"registry": registry})
 
 
 class Istiod(ApiModel):
@@ -791,7 +815,11 @@ class NewPodWorkaround(ApiModel):
     multi_build_image: ImageRef | None = Field(
         default=None,
         description="Image for pods whose build is not fixed; a manifest list covering "
-        "every supported build. Default: <hub>/redirection-wait:<tag>.",
+        "every supported build. Default: <registry>/redirection-wait:<operator version> "
+        "under spec.images.registry, the index `make images` pushes. With neither, such "
+        "pods are admitted without the init container (ImageUnavailable on their "
+        "annotation, a Warning Event, status.enrollment.workaroundImageUnavailable), never "
+        "handed an image nobody publishes.",
     )
 
 
@@ -1019,6 +1047,12 @@ class AmbientMeshSpec(ApiModel):
         "charts to take back with helm install --take-ownership (docs/migration.md)",
     )
 
+    def with_default_registry(self, registry: str | None) -> AmbientMeshSpec:
+        """This spec with the operator's default registry (--default-registry, the chart's
+        value registry) where spec.images.registry is unset; the spec's own wins."""
+        images = self.images.with_registry(registry)
+        return self if images is self.images else self.model_copy(update={"images": images})
+
 
 class Condition(ApiModel):
     """metav1.Condition."""
@@ -1094,6 +1128,11 @@ class Enrollment(ApiModel):
     example_pending_pods: Annotated[list[str], Field(max_length=5)] = []
     workaround_misses: int = Field(
         default=0, description="Windows pods admitted without the redirection-wait init container."
+    )
+    workaround_image_unavailable: int = Field(
+        default=0,
+        description="Of workaroundMisses, those admitted without it because no image for it "
+        "was known (ImageUnavailable): set spec.images.registry after `make images`.",
     )
 
 

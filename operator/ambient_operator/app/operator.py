@@ -71,6 +71,7 @@ class Operator:
             cni_rbac=options.cni_rbac == CNI_RBAC_BY_OPERATOR,
             istio_cni_may_delete_pods=options.istio_cni_may_delete_pods,
             network_attachments=options.network_attachments,
+            default_registry=options.default_registry,
         )
         self.namespaces = NamespaceChecker(self.state, self.kube, self.events)
         self.elector = (
@@ -94,6 +95,7 @@ class Operator:
             self.events,
             options.webhook,
             self.dataplane.report_workaround_misses,
+            default_registry=options.default_registry,
         )
         self.waypoints = register_waypoints(
             self.registry,

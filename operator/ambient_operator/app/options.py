@@ -66,6 +66,9 @@ class Options:
     # Whether the operator may write (and so watches) Multus's
     # NetworkAttachmentDefinitions; the chart grants them with multus.enabled.
     network_attachments: bool = False
+    # spec.images.registry of an AmbientMesh that names none: where `make images`
+    # pushed the bundled images (the chart's value registry).
+    default_registry: str | None = None
 
     @property
     def owned_kinds(self) -> list[tuple[str, str]]:

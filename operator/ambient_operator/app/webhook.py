@@ -32,7 +32,8 @@ def register(
     kube: Kube,
     events: EventRecorder,
     options: WebhookOptions,
-    report_misses: Callable[[int], None],
+    report_misses: Callable[[int, int], None],
+    default_registry: str | None = None,
 ) -> Webhook:
     """Create the webhook and add its clean-up to the operator's kopf registry.
 
@@ -40,7 +41,7 @@ def register(
     news whether or not this process serves the webhook); the server runs
     only when --webhook-url or --webhook-service says how to reach it.
     """
-    webhook = Webhook(state, kube, options)
+    webhook = Webhook(state, kube, options, default_registry=default_registry)
     webhook.misses = MissTracker(state, events, webhook.context, report_misses)
 
     @kopf.on.cleanup(registry=reg)

@@ -9,10 +9,22 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
+from ambient_operator.api import bundled
 from ambient_operator.api.helm_values import RefusedValueError, import_values
+from ambient_operator.api.v1alpha1 import Images
 
 EXIT_REFUSED = 2
+# Istio's charts have no field for the images only this project builds: said
+# on top of the YAML, where it stays with the AmbientMesh it explains.
+REGISTRY_NOTE = (
+    "# spec.images.hub and tag name Istio's Linux images, as your values did. Istio\n"
+    "# publishes no Windows agents and no redirection-wait image: "
+    f"`{bundled.BUILD_COMMAND}`\n"
+    f"# builds and pushes them (docs/images.md); set {bundled.REGISTRY_FIELD} to that registry\n"
+    f"# (or the operator chart's value {bundled.CHART_REGISTRY_VALUE}, or pass --registry).\n"
+)
 
 
 def _read(path: Path | None, what: str) -> Any:
@@ -48,6 +60,17 @@ def run(args: argparse.Namespace) -> int:
     except RefusedValueError as exc:
         print(f"ambient-operator import-values: {exc}", file=sys.stderr)
         return EXIT_REFUSED
+    if args.registry:
+        try:
+            Images.model_validate({"registry": args.registry})
+        except ValidationError as exc:
+            print(
+                f"ambient-operator import-values: --registry {args.registry!r}: "
+                f"{exc.errors()[0]['msg']}",
+                file=sys.stderr,
+            )
+            return EXIT_REFUSED
+        mesh.setdefault("spec", {}).setdefault("images", {})["registry"] = args.registry
     if args.adopt:
         # Consent by name: the releases these values came from are taken over
         # as they run (docs/migration.md).
@@ -55,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "json":
         sys.stdout.write(json.dumps(mesh, indent=2, sort_keys=True) + "\n")
     else:
+        if not args.registry:
+            sys.stdout.write(REGISTRY_NOTE)
         sys.stdout.write(yaml.safe_dump(mesh, sort_keys=False, default_flow_style=False))
     return 0
 
@@ -69,7 +94,9 @@ def add_parser(sub: Any) -> None:
         "`helm template --set profile=ambient -f FILE` does) and print an AmbientMesh named "
         "default. A value that cannot be carried over is refused: exit code 2, with its "
         "dotted path and the reason on stderr, and nothing on stdout. "
-        "docs/coming-from-helm.md has every value and its field.",
+        "docs/coming-from-helm.md has every value and its field. The Windows agents and the "
+        "redirection-wait image are not Istio's: they come from spec.images.registry "
+        "(--registry), where `make images` pushes them.",
     )
     parser.add_argument("--ztunnel", type=Path, metavar="FILE", help="values of the ztunnel chart")
     parser.add_argument(
@@ -97,6 +124,14 @@ def add_parser(sub: Any) -> None:
         help="a Helm release (in --namespace) for the AmbientMesh to take over as it runs, "
         "without restarting its agents: spec.adopt.helmReleases (repeat for each release; "
         "docs/migration.md)",
+    )
+    parser.add_argument(
+        "--registry",
+        metavar="HOST[:PORT]/PATH",
+        help="where `make images REGISTRY=...` pushed this project's images (docs/images.md): "
+        "spec.images.registry, the source of the Windows agents and the redirection-wait image. "
+        "Istio's charts have no such value: their hub and tag stay Istio's, for the Linux "
+        "agents. Without it the YAML says so on top",
     )
     parser.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
     parser.set_defaults(func=run)

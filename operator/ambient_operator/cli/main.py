@@ -11,7 +11,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from ambient_operator.api import crdgen
+from ambient_operator.api.v1alpha1 import Images
 from ambient_operator.cli import completion as completion_command
 from ambient_operator.cli import import_values as import_values_command
 from ambient_operator.cli import precheck as precheck_command
@@ -86,6 +89,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"ambient-operator run: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    try:
+        default_registry = _default_registry(args.default_registry)
+    except ValueError as exc:
+        print(f"ambient-operator run: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     configure_logging(args.log_format, args.log_level)
     options = Options(
         kubeconfig=args.kubeconfig,
@@ -102,11 +110,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
         cni_rbac=args.cni_rbac,
         istio_cni_may_delete_pods=args.istio_cni_may_delete_pods,
         network_attachments=args.network_attachments,
+        default_registry=default_registry,
     )
     memory.install()
     memory.limit_arenas()
     Operator(options).run()
     return 0
+
+
+def _default_registry(value: str) -> str | None:
+    """--default-registry checked as spec.images.registry is; None when empty."""
+    if not value:
+        return None
+    try:
+        Images.model_validate({"registry": value})
+    except ValidationError as exc:
+        problem = exc.errors()[0]["msg"]
+        raise ValueError(f"--default-registry {value!r}: {problem}") from None
+    return value
 
 
 def _add_run(sub: Any) -> None:
@@ -199,6 +220,14 @@ def _add_run(sub: Any) -> None:
         "multus (needs list, watch across the cluster, and get, create, patch, delete in "
         "namespace default); the chart sets it with multus.enabled, which grants them. Without "
         "it such a mesh is Degraded (MultusNotAvailable) [AMBIENT_OPERATOR_NETWORK_ATTACHMENTS]",
+    )
+    run.add_argument(
+        "--default-registry",
+        metavar="HOST[:PORT]/PATH",
+        default=_env("DEFAULT_REGISTRY", ""),
+        help="the registry `make images REGISTRY=...` pushed the bundled images to "
+        "(docs/images.md): spec.images.registry of an AmbientMesh that sets none. The chart "
+        "sets it from its value registry [AMBIENT_OPERATOR_DEFAULT_REGISTRY]",
     )
     _add_webhook_flags(run)
     run.set_defaults(func=_cmd_run)

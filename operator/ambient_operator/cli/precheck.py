@@ -130,6 +130,7 @@ def windows_misses(
     mesh: Mapping[str, Any] | None,
     nodes: list[NodeFacts],
     runtime_classes: Mapping[str, Mapping[str, Any]],
+    default_registry: str | None = None,
 ) -> list[str]:
     """Pods the webhook would give the init container but that lack it: its own decision.
 
@@ -139,7 +140,7 @@ def windows_misses(
     spec = dict((mesh or {}).get("spec") or {})
     spec["newPodWorkaround"] = {**(spec.get("newPodWorkaround") or {}), "enabled": True}
     body = {"metadata": {"name": c.MESH_NAME}, "spec": spec}
-    ctx = d.Context.build(body, nodes, runtime_classes)
+    ctx = d.Context.build(body, nodes, runtime_classes, default_registry=default_registry)
     out = []
     for pod in pods:
         suspect = suspect_of(pod)
@@ -150,7 +151,7 @@ def windows_misses(
         if labels is None:
             continue
         decision = d.decide(suspect, labels, ctx)
-        if decision.inject:
+        if decision.action in ("inject", "withheld"):
             where = f"{meta.get('namespace')}/{meta.get('name')}"
             out.append(f"{where}: {decision.reason}: {decision.message}")
     return sorted(out)
@@ -175,6 +176,28 @@ def _webhook(read: Reader) -> p.Webhook:
         if (endpoint.get("conditions") or {}).get("ready") is not False
     )
     return p.Webhook(configured=True, service=f"{namespace}/{name}", ready_endpoints=ready)
+
+
+DEFAULT_REGISTRY_FLAG = "--default-registry="
+DEFAULT_REGISTRY_ENV = "AMBIENT_OPERATOR_DEFAULT_REGISTRY"
+
+
+def _default_registry(read: Reader, hook: p.Webhook) -> str | None:
+    """The running operator's --default-registry, from the Deployment its webhook Service is
+    named after (the chart names both alike); None when there is none or it sets none."""
+    if not hook.service:
+        return None
+    namespace, name = hook.service.split("/", 1)
+    deployment = read.get(KINDS[("apps/v1", "Deployment")], name, namespace)
+    containers = (((deployment or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+    for container in containers.get("containers") or []:
+        for arg in container.get("args") or []:
+            if isinstance(arg, str) and arg.startswith(DEFAULT_REGISTRY_FLAG):
+                return arg[len(DEFAULT_REGISTRY_FLAG) :] or None
+        for env in container.get("env") or []:
+            if env.get("name") == DEFAULT_REGISTRY_ENV and env.get("value"):
+                return str(env["value"])
+    return None
 
 
 def _helm(read: Reader, namespace: str) -> dict[str, Any]:
@@ -254,8 +277,15 @@ def snapshot(kube: Kube) -> p.Snapshot:
         for rc in read.items(RUNTIME_CLASS)
     }
     helm = _helm(read, spec.namespace)
+    hook = _webhook(read)
+    default_registry = _default_registry(read, hook)
     misses = windows_misses(
-        read.items(KINDS[("v1", "Pod")]), namespaces, mesh, facts, runtime_classes
+        read.items(KINDS[("v1", "Pod")]),
+        namespaces,
+        mesh,
+        facts,
+        runtime_classes,
+        default_registry,
     )
     return p.Snapshot(
         kube_version=version,
@@ -270,7 +300,8 @@ def snapshot(kube: Kube) -> p.Snapshot:
         namespaces=namespaces,
         waypoints=waypoints,
         windows_misses=misses,
-        webhook=_webhook(read),
+        webhook=hook,
+        default_registry=default_registry,
         mesh_uid=str(((mesh or {}).get("metadata") or {}).get("uid") or ""),
         held=_held(mesh),
         revisions=_revisions(mesh),

@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ambient_operator.api import bundled
 from ambient_operator.api import constants as c
 from ambient_operator.api.conditions import MeshCondition
 from ambient_operator.api.v1alpha1 import AmbientMeshStatus, ComponentStatus, PodCounts
@@ -232,6 +233,7 @@ def gather(kube: Kube, mesh_name: str = c.MESH_NAME) -> dict[str, Any]:
         "waypoints": waypoints,
         "webhook": {
             "misses": status.enrollment.workaround_misses,
+            "imageUnavailable": status.enrollment.workaround_image_unavailable,
             "pods": windows_misses(pods, namespaces, mesh, facts, runtime_classes),
         },
         "unreadable": list(read.unreadable),
@@ -340,9 +342,15 @@ def human(doc: Mapping[str, Any]) -> str:
         lines.append("Waypoints: none")
     lines.append("")
     webhook = doc["webhook"]
+    why = ""
+    if webhook["imageUnavailable"]:
+        why = (
+            f" ({webhook['imageUnavailable']} because no redirection-wait image is known: run "
+            f"`{bundled.BUILD_COMMAND}` and set {bundled.REGISTRY_FIELD})"
+        )
     lines.append(
         f"Webhook misses: {webhook['misses']} Windows pod(s) admitted without the "
-        "redirection-wait init container"
+        f"redirection-wait init container{why}"
     )
     lines += [f"  {pod}" for pod in webhook["pods"]]
     if doc["unreadable"]:

@@ -103,7 +103,11 @@ def counted(
 
 
 def _enrollment(
-    counts: Mapping[Counted, int], examples: list[str], namespaces: int, misses: int
+    counts: Mapping[Counted, int],
+    examples: list[str],
+    namespaces: int,
+    misses: int,
+    image_unavailable: int = 0,
 ) -> Enrollment:
     def of(os_name: str) -> PodCounts:
         states = ("enabled", "pending", "missing")
@@ -115,6 +119,7 @@ def _enrollment(
         windows_pods=of("windows"),
         example_pending_pods=examples,
         workaround_misses=misses,
+        workaround_image_unavailable=image_unavailable,
     )
 
 
@@ -211,13 +216,18 @@ class EnrollmentTally:
         for key in self._by_node.get(name, ()):
             self._recount(key)
 
-    def enrollment(self, workaround_misses: int = 0) -> Enrollment:
-        """What `summarize` says of the pods, namespaces and nodes told so far."""
+    def enrollment(self, workaround_misses: int = 0, image_unavailable: int = 0) -> Enrollment:
+        """What `summarize` says of the pods, namespaces and nodes told so far; the webhook's
+        misses, and those of them for want of an image, as counted by webhook/misses.py."""
         if self._examples is None:
             self._examples = heapq.nsmallest(MAX_EXAMPLES, self._pending)
         examples = [f"{ns}/{name}" for ns, name in self._examples]
         return _enrollment(
-            self._counts, examples, len(self._enrolled_namespaces), workaround_misses
+            self._counts,
+            examples,
+            len(self._enrolled_namespaces),
+            workaround_misses,
+            image_unavailable,
         )
 
     @staticmethod

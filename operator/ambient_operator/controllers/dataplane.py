@@ -255,6 +255,7 @@ class DataplaneController(DataplaneMoves):
         except ValidationError as exc:
             await self._fail(mesh, previous, generation, MeshReason.INVALID_SPEC, spec_error(exc))
             return
+        spec = spec.with_default_registry(self.default_registry)
         owner = Owner.of(mesh)
         try:
             await asyncio.to_thread(
@@ -425,7 +426,7 @@ class DataplaneController(DataplaneMoves):
             ],
             components,
             last.inventory,
-            self.state.tally.enrollment(self.workaround_misses),
+            self.state.tally.enrollment(*self.workaround_misses),
             self.clock(),
             node_readiness=last.node_readiness,
             versions=versions,
@@ -645,9 +646,10 @@ class DataplaneController(DataplaneMoves):
             log.info("pruned %s", what)
         return outcome
 
-    def report_workaround_misses(self, count: int) -> None:
-        """The webhook's count of Windows pods admitted without the workaround, for status."""
-        self.workaround_misses = count
+    def report_workaround_misses(self, count: int, image_unavailable: int = 0) -> None:
+        """The webhook's count of Windows pods admitted without the workaround, and of those
+        left without it because its image was unavailable, for status."""
+        self.workaround_misses = (count, image_unavailable)
 
     @staticmethod
     def _components(

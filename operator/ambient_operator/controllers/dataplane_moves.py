@@ -143,13 +143,17 @@ class DataplaneMoves:
         cni_rbac: bool = True,
         istio_cni_may_delete_pods: bool = False,
         network_attachments: bool = False,
+        default_registry: str | None = None,
     ) -> None:
         self.state = state
+        # --default-registry: spec.images.registry of a mesh that names none.
+        self.default_registry = default_registry
         self.kube = kube
         self.events = events
         self.kube_version = kube_version
         self.clock = clock
-        self.workaround_misses = 0
+        # The webhook's misses, and those of them for want of an image (webhook/misses.py).
+        self.workaround_misses = (0, 0)
         # Where the agents may go (empty: anywhere). The chart grants the
         # operator DaemonSets, ConfigMaps and ServiceAccounts only there.
         self.agents_namespaces = tuple(sorted(set(agents_namespaces)))

@@ -894,6 +894,9 @@ def render_dataplane(
             image_warning = v.windows_image_warning(spec, component, builds)
             if image_warning:
                 warnings.append(image_warning)
+        wait_warning = v.redirection_wait_warning(spec, builds)
+        if wait_warning:
+            warnings.append(wait_warning)
 
     accounts: list[tuple[str, Component]] = []
     if platforms:

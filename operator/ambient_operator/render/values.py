@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ambient_operator.api import bundled
 from ambient_operator.api import constants as c
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec, ComponentImage, Resources
 from ambient_operator.render.model import Component
@@ -17,20 +18,17 @@ ISTIO_CNI: Component = "istio-cni"
 # Upstream image repository names of the two agents.
 IMAGE_NAMES: dict[Component, str] = {ZTUNNEL: "ztunnel", ISTIO_CNI: "install-cni"}
 # Istio publishes no Windows images. Its Windows experiment (istio/istio,
-# branch experimental-windows-ambient) builds them as these targets of
-# tools/docker.yaml, from these Dockerfiles, for HostProcess pods of any build.
+# branch experimental-windows-ambient) names them so in tools/docker.yaml, and
+# `make images` builds them under the same names, for HostProcess pods of any build.
 WINDOWS_IMAGE_NAMES: dict[Component, str] = {
-    ZTUNNEL: "ztunnel-windows",
-    ISTIO_CNI: "install-cni-windows",
-}
-WINDOWS_DOCKERFILES: dict[Component, str] = {
-    ZTUNNEL: "pilot/docker/Dockerfile.ztunnel-windows",
-    ISTIO_CNI: "cni/deployments/kubernetes/Dockerfile.install-cni-windows",
+    ZTUNNEL: bundled.ZTUNNEL_WINDOWS,
+    ISTIO_CNI: bundled.INSTALL_CNI_WINDOWS,
 }
 WINDOWS_IMAGE_FIELDS: dict[Component, str] = {
     ZTUNNEL: "spec.images.ztunnel.windows",
     ISTIO_CNI: "spec.images.istioCni.windows",
 }
+MULTI_BUILD_IMAGE_FIELD = "spec.newPodWorkaround.multiBuildImage"
 
 SA_ZTUNNEL = "ztunnel"
 SA_ZTUNNEL_WINDOWS = "ztunnel-windows"
@@ -109,44 +107,125 @@ def _windows_override(spec: AmbientMeshSpec, component: Component, build: str) -
 
 
 def default_windows_image(spec: AmbientMeshSpec, component: Component) -> str:
-    """The Windows image when none is set: the experiment's name under hub and tag."""
+    """The Windows image when none is set in full: the one `make images` pushed under
+    spec.images.registry; with no registry, the experiment's name under hub and tag."""
+    registry = spec.images.registry
+    if registry:
+        return bundled.reference(
+            registry, WINDOWS_IMAGE_NAMES[component], bundled.WINDOWS_AGENT_TAG
+        )
     return f"{spec.images.hub}/{WINDOWS_IMAGE_NAMES[component]}:{spec.images.tag}"
 
 
 def windows_image(spec: AmbientMeshSpec, component: Component, build: str) -> str:
     """Image of a component on one Windows build: per-build override, Windows override, default.
 
-    The default is rendered although nobody publishes it: it is the name the
-    experiment's own build gives, so an image built and pushed under the
-    spec's hub and tag is picked up without another change, and until then
+    With no registry the default is rendered although nobody publishes it: it is
+    the name the experiment's own build gives, so an image built and pushed under
+    the spec's hub and tag is picked up without another change, and until then
     the pods' pull errors show on the DaemonSet while `windows_image_warning`
-    says which field to set. Leaving the agents out instead would report
+    says what to build and set. Leaving the agents out instead would report
     nothing on the DaemonSets and still leave the Windows nodes without them.
     """
     return _windows_override(spec, component, build) or default_windows_image(spec, component)
 
 
+def _where(builds: Sequence[str]) -> str:
+    return " and ".join(
+        f"{c.WINDOWS_BUILD_NAMES.get(b, 'Windows')} (build {b})" for b in sorted(builds)
+    )
+
+
+def _build_it(field: str) -> str:
+    return (
+        f"Build it with `{bundled.BUILD_COMMAND}` (docs/images.md), then set "
+        f"{bundled.REGISTRY_FIELD} (or the chart's value {bundled.CHART_REGISTRY_VALUE}) to that "
+        f"registry, or set {field} to an image of your own"
+    )
+
+
 def windows_image_warning(
     spec: AmbientMeshSpec, component: Component, builds: Sequence[str]
 ) -> str | None:
-    """Why the default Windows image of a component will likely not pull, if any build uses it.
+    """Why the Windows image of a component will not pull, if any build uses one that won't.
 
-    Any registry is a guess, not only Istio's: a mirror of Istio's has no
-    Windows images either, so the warning stays until the field is set.
+    Unset with no registry, any hub is a guess, not only Istio's: a mirror of
+    Istio's has no Windows images either, so the warning stays until a
+    registry or the field is set. Set to a name under Istio's own hub, it is a
+    placeholder: that hub has none.
     """
-    defaulted = [b for b in builds if _windows_override(spec, component, b) is None]
-    if not defaulted:
-        return None
     field = WINDOWS_IMAGE_FIELDS[component]
-    where = " and ".join(
-        f"{c.WINDOWS_BUILD_NAMES.get(b, 'Windows')} (build {b})" for b in sorted(defaulted)
-    )
+    unset = [
+        b
+        for b in builds
+        if _windows_override(spec, component, b) is None and not spec.images.registry
+    ]
+    if unset:
+        return (
+            f"{field} is unset, and so is {bundled.REGISTRY_FIELD}: {component} on "
+            f"{_where(unset)} uses {default_windows_image(spec, component)}, which Istio does "
+            f"not publish. {_build_it(field)}"
+        )
+    placeholders = {b: windows_image(spec, component, b) for b in builds}
+    placeholders = {b: i for b, i in placeholders.items() if bundled.is_placeholder(i)}
+    if not placeholders:
+        return None
+    images = ", ".join(sorted(set(placeholders.values())))
     return (
-        f"{field} is unset, so {component} on {where} uses "
-        f"{default_windows_image(spec, component)}, which Istio does not publish: build the "
-        f"{WINDOWS_IMAGE_NAMES[component]} image of istio/istio's experimental-windows-ambient "
-        f"branch ({WINDOWS_DOCKERFILES[component]}), push it, and set {field} to its "
-        "reference (even if it is this name)"
+        f"{component} on {_where(list(placeholders))} uses {images}, a placeholder: Istio "
+        f"does not publish Windows images under {bundled.UPSTREAM_HUB}. {_build_it(field)}"
+    )
+
+
+def _usable(image: str) -> str | None:
+    return None if bundled.is_placeholder(image) else image
+
+
+def redirection_wait_image(spec: AmbientMeshSpec) -> str | None:
+    """The multi-build redirection-wait image: spec.newPodWorkaround.multiBuildImage, else
+    the index `make images` pushed under spec.images.registry.
+
+    None when neither is set, or it is a placeholder under Istio's hub: that
+    image is known not to exist, and the webhook hands no pod an image that
+    cannot be pulled (ImageUnavailable, docs/windows-redirection-wait.md).
+    """
+    explicit = spec.new_pod_workaround.multi_build_image
+    if explicit:
+        return _usable(explicit)
+    registry = spec.images.registry
+    if not registry:
+        return None
+    return _usable(bundled.reference(registry, bundled.REDIRECTION_WAIT, bundled.operator_tag()))
+
+
+def build_wait_image(spec: AmbientMeshSpec, build: str) -> str | None:
+    """The redirection-wait image of one pre-WS2025 build (newPodWorkaround.images), else
+    the multi-build image; None when the one it comes to is unavailable."""
+    per_build = {str(k): ref for k, ref in spec.new_pod_workaround.images.items()}.get(build)
+    return _usable(per_build) if per_build else redirection_wait_image(spec)
+
+
+def redirection_wait_warning(spec: AmbientMeshSpec, builds: Sequence[str]) -> str | None:
+    """Why new Windows pods on the pre-WS2025 builds among `builds` get no redirection-wait
+    init container, if the image they would get is unavailable."""
+    workaround = spec.new_pod_workaround
+    pre = [b for b in builds if b in c.PRE_WS2025_BUILDS]
+    if not workaround.enabled or not pre or redirection_wait_image(spec) is not None:
+        return None
+    explicit = workaround.multi_build_image
+    why = (
+        f"{MULTI_BUILD_IMAGE_FIELD} names {explicit}, a placeholder: Istio does not publish "
+        f"a {bundled.REDIRECTION_WAIT} image"
+        if explicit
+        else f"{MULTI_BUILD_IMAGE_FIELD} is unset, and so is {bundled.REGISTRY_FIELD}"
+    )
+    unpinned = [b for b in pre if build_wait_image(spec, b) is None]
+    who = "every new Windows pod" if unpinned else "a new Windows pod whose build is not fixed"
+    return (
+        f"{why}: {who} that may land on {_where(pre)} is admitted without the "
+        f"{bundled.REDIRECTION_WAIT} init container (ImageUnavailable): its containers may "
+        "start before istio-cni redirects it, and its traffic then bypasses ztunnel. "
+        f"{_build_it(MULTI_BUILD_IMAGE_FIELD)}"
     )
 
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ambient_operator.api import bundled
 from ambient_operator.api import constants as c
 from ambient_operator.api.conditions import INTENDED_EXCLUSIONS
 from ambient_operator.api.releases import fixed_since
@@ -43,6 +44,7 @@ from ambient_operator.cluster.versions import (
 )
 from ambient_operator.kube.resources import ObjectKey, key_of
 from ambient_operator.render import RenderResult, render_dataplane
+from ambient_operator.render import values as v
 from ambient_operator.render.model import PLATFORM_LINUX
 from ambient_operator.status.adoption import pending_roll
 from ambient_operator.status.components import istiod_trust, trust_message
@@ -132,6 +134,14 @@ class Snapshot:
     held: HeldTemplates | None = None
     # status.revisions of the AmbientMesh: each istiod revision and who uses it.
     revisions: Sequence[RevisionStatus] = ()
+    # The running operator's --default-registry (the chart's value registry),
+    # which stands for spec.images.registry when the AmbientMesh names none.
+    default_registry: str | None = None
+
+    @functools.cached_property
+    def effective_spec(self) -> AmbientMeshSpec:
+        """The spec as the operator reads it: with its default registry where none is set."""
+        return self.spec.with_default_registry(self.default_registry)
 
     def node_facts(self) -> tuple[list[NodeFacts], list[str]]:
         """Facts of every Node, and the names of those too malformed to read."""
@@ -147,7 +157,9 @@ class Snapshot:
     def rendered(self) -> RenderResult:
         """The render of the spec over these nodes: its verdicts and its agents' accounts."""
         facts, _ = self.node_facts()
-        return render_dataplane(self.spec, ClusterFacts(nodes=tuple(facts)), cni_rbac=False)
+        return render_dataplane(
+            self.effective_spec, ClusterFacts(nodes=tuple(facts)), cni_rbac=False
+        )
 
 
 @dataclass(frozen=True)
@@ -643,6 +655,40 @@ def _windows_pods(snap: Snapshot) -> list[Finding]:
     return _one("windows-pods", OK, "no enrolled Windows pod lacks the workaround")
 
 
+def _bundled_images(snap: Snapshot) -> list[Finding]:
+    spec = snap.effective_spec
+    builds = sorted({d.platform for d in snap.rendered.daemonsets if d.platform != PLATFORM_LINUX})
+    if not builds:
+        return _one("bundled-images", INFO, "no Windows node gets the agents: none needed")
+    problems = [
+        w
+        for w in (
+            v.windows_image_warning(spec, v.ZTUNNEL, builds),
+            v.windows_image_warning(spec, v.ISTIO_CNI, builds),
+            v.redirection_wait_warning(spec, builds),
+        )
+        if w
+    ]
+    if problems:
+        return _one(
+            "bundled-images",
+            WARNING,
+            f"{len(problems)} image(s) the Windows nodes need are unset or placeholders; "
+            f"`{bundled.BUILD_COMMAND}` builds and pushes them (docs/images.md)",
+            problems,
+        )
+    where = (
+        f"{bundled.REGISTRY_FIELD} {spec.images.registry}"
+        if spec.images.registry
+        else "the images set in full"
+    )
+    return _one(
+        "bundled-images",
+        OK,
+        f"the Windows agents and the redirection-wait image come from {where}",
+    )
+
+
 def _webhook(snap: Snapshot) -> list[Finding]:
     hook = snap.webhook
     if not hook.configured:
@@ -794,6 +840,16 @@ CHECKS: tuple[Check, ...] = (
         "Never.",
         "Any (named).",
         _windows_pods,
+    ),
+    Check(
+        "bundled-images",
+        "The images only this project builds (`make images`, docs/images.md): the Windows "
+        "agents and the multi-build redirection-wait image, from spec.images.registry (or the "
+        "running operator's --default-registry, the chart's value registry) or set in full.",
+        "Never.",
+        "One that is unset or a placeholder under Istio's hub while Windows nodes get the "
+        "agents (named, with the command that builds it and the field to set).",
+        _bundled_images,
     ),
     Check(
         "webhook",

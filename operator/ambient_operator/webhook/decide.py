@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from ambient_operator.api import bundled
 from ambient_operator.api import constants as c
 from ambient_operator.api.conditions import AdmissionReason
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
@@ -28,6 +29,7 @@ from ambient_operator.cluster import scheduling
 from ambient_operator.cluster.enrollment import namespace_enrolled, namespace_sidecar
 from ambient_operator.cluster.facts import NodeFacts
 from ambient_operator.cluster.state import SIDECAR_INJECT_LABEL, SIDECAR_STATUS_ANNOTATION
+from ambient_operator.render import values as v
 from ambient_operator.render.verdicts import assign
 
 # Ours: "false" opts a pod out; otherwise the webhook records what it did.
@@ -40,7 +42,10 @@ ANNOTATIONS_FILE = "annotations"
 ENV_TIMEOUT = "REDIRECTION_WAIT_TIMEOUT_SECONDS"
 ENV_FILE = "REDIRECTION_WAIT_FILE"
 ANY_BUILD = "any"
-MULTI_BUILD_REPOSITORY = "redirection-wait"
+# The annotation's first word on a pod admitted without the init container
+# because its image is unavailable; such a pod stays a miss (misses.py).
+INJECTED = "injected"
+WITHHELD = "withheld"
 
 # cmd.exe, because nanoserver (the per-build default image) has no
 # PowerShell, and servercore would cost gigabytes per node for a loop.
@@ -72,7 +77,9 @@ GUARANTEED = {"cpu": "100m", "memory": "128Mi"}
 
 # The init container's pull policy unless spec.images.pullPolicy says otherwise.
 DEFAULT_PULL_POLICY = "IfNotPresent"
-Action = Literal["inject", "reorder", "none"]
+# withheld: the pod needs the init container, but the image it would get is
+# known not to exist; it is admitted without it and annotated with why.
+Action = Literal["inject", "reorder", "withheld", "none"]
 
 # Reasons (AdmissionReason): CamelCase, shown in the pod annotation and the metric.
 
@@ -100,26 +107,34 @@ class MeshFacts:
         capable = tuple(n for b in sorted(served) for n in per_build.get(b, ()))
         return cls(spec=spec, served_builds=served, capable_nodes=capable)
 
-    def image(self, build: str | None) -> str:
-        """The per-build image of a fixed build, else the multi-build image."""
-        workaround = self.spec.new_pod_workaround
-        per_build = workaround.images.get(build) if build else None  # type: ignore[call-overload]
-        if per_build:
-            return str(per_build)
-        if workaround.multi_build_image:
-            return workaround.multi_build_image
-        images = self.spec.images
-        return f"{images.hub}/{MULTI_BUILD_REPOSITORY}:{images.tag}"
+    def image(self, build: str | None) -> str | None:
+        """The per-build image of a fixed build, else the multi-build image; None when the
+        one it comes to is known not to exist (render/values.py redirection_wait_image)."""
+        if build:
+            return v.build_wait_image(self.spec, build)
+        return v.redirection_wait_image(self.spec)
 
     def inject(self, reason: AdmissionReason, message: str, build: str | None) -> Decision:
-        """The decision to inject the init container for a build (None: any build)."""
+        """The decision to inject the init container for a build (None: any build); withheld,
+        with the reason ImageUnavailable, when its image is unavailable."""
         workaround = self.spec.new_pod_workaround
+        image = self.image(build)
+        if image is None:
+            return Decision(
+                "withheld",
+                AdmissionReason.IMAGE_UNAVAILABLE,
+                f"{message}, but no {bundled.REDIRECTION_WAIT} image is known for "
+                f"{'build ' + build if build else 'pods whose build is not fixed'} "
+                f"({v.MULTI_BUILD_IMAGE_FIELD} and {bundled.REGISTRY_FIELD} are unset, or "
+                "name a placeholder); admitted without the init container",
+                build=build,
+            )
         return Decision(
             "inject",
             reason,
             message,
             build=build,
-            image=self.image(build),
+            image=image,
             timeout_seconds=workaround.timeout_seconds,
             pull_policy=self.spec.images.pull_policy or DEFAULT_PULL_POLICY,
             pull_secrets=tuple(workaround.pull_secrets or ()),
@@ -160,8 +175,10 @@ class Context:
         mesh: Mapping[str, Any] | None,
         nodes: Iterable[NodeFacts],
         runtime_classes: Mapping[str, Mapping[str, Any]] | None = None,
+        default_registry: str | None = None,
     ) -> Context:
-        """Context from the AmbientMesh object (or None), node facts and RuntimeClasses."""
+        """Context from the AmbientMesh object (or None), node facts and RuntimeClasses;
+        `default_registry` (the operator's --default-registry) where the spec names none."""
         node_list = tuple(sorted(nodes, key=lambda n: n.name))
         rcs = dict(runtime_classes or {})
         if mesh is None:
@@ -180,6 +197,7 @@ class Context:
                 runtime_classes=rcs,
                 mesh_problem=f"the AmbientMesh spec is invalid ({exc.error_count()} errors)",
             )
+        spec = spec.with_default_registry(default_registry)
         return cls(nodes=node_list, mesh=MeshFacts.of(spec, node_list), runtime_classes=rcs)
 
 
@@ -204,8 +222,9 @@ class Decision:
         return self.action == "inject"
 
     def annotation(self) -> str:
-        """Value of our annotation on a mutated pod."""
-        return f"injected; build={self.build or ANY_BUILD}; reason={self.reason}"
+        """Value of our annotation on a mutated (or withheld) pod."""
+        what = WITHHELD if self.action == "withheld" else INJECTED
+        return f"{what}; build={self.build or ANY_BUILD}; reason={self.reason}"
 
 
 def _skip(reason: AdmissionReason, message: str) -> Decision:
@@ -232,6 +251,12 @@ def has_container(pod: Mapping[str, Any]) -> bool:
 def has_annotation(pod: Mapping[str, Any]) -> bool:
     """The pod carries our annotation, whatever its value."""
     return ANNOTATION in (_meta(pod).get("annotations") or {})
+
+
+def withheld(pod: Mapping[str, Any]) -> bool:
+    """The webhook admitted the pod without the init container its image was unavailable for."""
+    value = (_meta(pod).get("annotations") or {}).get(ANNOTATION)
+    return isinstance(value, str) and value.startswith(WITHHELD)
 
 
 def opted_out(pod: Mapping[str, Any]) -> bool:
@@ -485,7 +510,7 @@ def decide(
 
     names = _names(spec.get("initContainers"))
     if CONTAINER_NAME in names:
-        ours = str((meta.get("annotations") or {}).get(ANNOTATION, "")).startswith("injected")
+        ours = str((meta.get("annotations") or {}).get(ANNOTATION, "")).startswith(INJECTED)
         if ours and names[0] != CONTAINER_NAME:
             # Another webhook put an init container ahead of ours on a
             # reinvocation; its traffic would leave before redirection.
@@ -553,6 +578,11 @@ def mutate_in_place(pod: dict[str, Any], decision: Decision) -> None:
     """Apply a decision to a pod body (the admission object)."""
     if decision.action == "none":
         return
+    if decision.action == "withheld":
+        pod.setdefault("metadata", {}).setdefault("annotations", {})[ANNOTATION] = (
+            decision.annotation()
+        )
+        return
     spec = pod.setdefault("spec", {})
     inits: list[dict[str, Any]] = spec.setdefault("initContainers", [])
     if decision.action == "reorder":
@@ -581,6 +611,27 @@ def _pointer(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
+def _injection_ops(spec: Mapping[str, Any], decision: Decision) -> list[dict[str, Any]]:
+    """The operations that add the init container, its pull secrets and its volume."""
+    ops: list[dict[str, Any]] = []
+    container = init_container(decision, spec)
+    if spec.get("initContainers"):
+        ops.append({"op": "add", "path": "/spec/initContainers/0", "value": container})
+    else:
+        ops.append({"op": "add", "path": "/spec/initContainers", "value": [container]})
+    secrets = _missing_secrets(spec, decision)
+    if secrets and not spec.get("imagePullSecrets"):
+        ops.append({"op": "add", "path": "/spec/imagePullSecrets", "value": secrets})
+    else:
+        ops += [{"op": "add", "path": "/spec/imagePullSecrets/-", "value": s} for s in secrets]
+    volumes = spec.get("volumes") or []
+    if not volumes:
+        ops.append({"op": "add", "path": "/spec/volumes", "value": [volume()]})
+    elif VOLUME_NAME not in _names(volumes):
+        ops.append({"op": "add", "path": "/spec/volumes/-", "value": volume()})
+    return ops
+
+
 def json_patch(pod: Mapping[str, Any], decision: Decision) -> list[dict[str, Any]]:
     """RFC 6902 operations that do to the admission object what `mutate_in_place` does.
 
@@ -596,21 +647,8 @@ def json_patch(pod: Mapping[str, Any], decision: Decision) -> list[dict[str, Any
         rest = [ct for ct in inits if ct.get("name") != CONTAINER_NAME]
         return [{"op": "replace", "path": "/spec/initContainers", "value": ours[:1] + rest}]
     ops: list[dict[str, Any]] = []
-    container = init_container(decision, spec)
-    if inits:
-        ops.append({"op": "add", "path": "/spec/initContainers/0", "value": container})
-    else:
-        ops.append({"op": "add", "path": "/spec/initContainers", "value": [container]})
-    secrets = _missing_secrets(spec, decision)
-    if secrets and not spec.get("imagePullSecrets"):
-        ops.append({"op": "add", "path": "/spec/imagePullSecrets", "value": secrets})
-    else:
-        ops += [{"op": "add", "path": "/spec/imagePullSecrets/-", "value": s} for s in secrets]
-    volumes = spec.get("volumes") or []
-    if not volumes:
-        ops.append({"op": "add", "path": "/spec/volumes", "value": [volume()]})
-    elif VOLUME_NAME not in _names(volumes):
-        ops.append({"op": "add", "path": "/spec/volumes/-", "value": volume()})
+    if decision.action == "inject":
+        ops += _injection_ops(spec, decision)
     if not _meta(pod).get("annotations"):
         ops.append(
             {

@@ -5,6 +5,10 @@ answer; this is the other half of that bargain: such pods are found from the
 pod watch, counted, shown in the AmbientMesh status and told about with a
 Warning Event on the pod. "Should have" is the webhook's own `decide` on the
 stored pod; a pod that carries our container or our annotation was seen.
+
+A pod the webhook withheld the init container from because its image is
+known not to exist (ImageUnavailable) is such a pod too, told apart: its
+Event and its status count say why, and what to build and set.
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ambient_operator.api import metrics
-from ambient_operator.api.conditions import PodEvent
+from ambient_operator.api import bundled, metrics
+from ambient_operator.api.conditions import AdmissionReason, PodEvent
 from ambient_operator.cluster.facts import node_os
 from ambient_operator.cluster.state import SIDECAR_STATUS_ANNOTATION, ClusterState
+from ambient_operator.render.values import MULTI_BUILD_IMAGE_FIELD
 from ambient_operator.status.events import EventRecorder
 from ambient_operator.webhook import decide as d
 
@@ -92,7 +97,7 @@ def suspect_of(
     if (
         phase in ("Succeeded", "Failed")
         or d.has_container(pod)
-        or d.has_annotation(pod)
+        or (d.has_annotation(pod) and not d.withheld(pod))
         or not d.may_target_windows(pod)
         or (nodes is not None and off_windows(pod, nodes))
     ):
@@ -107,9 +112,25 @@ class Miss:
     pod: dict[str, Any]
     decision: d.Decision
 
+    @property
+    def image_unavailable(self) -> bool:
+        """Left without it because its image was unavailable, not because nobody answered."""
+        return self.decision.action == "withheld" or d.withheld(self.pod)
+
     def message(self) -> str:
         """Event text; stable for a pod, so the recorder tells it once."""
         where = f"build {self.decision.build}" if self.decision.build else "pre-WS2025 nodes"
+        if self.image_unavailable:
+            return (
+                f"admitted without the {d.CONTAINER_NAME} init container although it can run "
+                f"on {where} ({AdmissionReason.IMAGE_UNAVAILABLE}): no {bundled.REDIRECTION_WAIT} "
+                f"image is known ({MULTI_BUILD_IMAGE_FIELD} and {bundled.REGISTRY_FIELD} are "
+                "unset, or name a placeholder), and the webhook hands no pod an image that "
+                "cannot be pulled. Its containers may start before istio-cni redirects its "
+                "traffic, which then bypasses ztunnel. Run "
+                f"`{bundled.BUILD_COMMAND}` (docs/images.md), set {bundled.REGISTRY_FIELD} to "
+                "that registry, then delete the pod to have it recreated with the workaround."
+            )
         return (
             f"admitted without the {d.CONTAINER_NAME} init container although it can run on "
             f"{where} ({self.decision.reason}); the webhook did not answer, e.g. while the "
@@ -117,6 +138,11 @@ class Miss:
             "traffic, which then bypasses ztunnel. Delete the pod to have it recreated "
             "with the workaround."
         )
+
+
+def _counted(found: Mapping[PodKey, Miss]) -> tuple[int, int]:
+    """What status.enrollment says of the misses: all of them, and those for want of an image."""
+    return len(found), sum(1 for m in found.values() if m.image_unavailable)
 
 
 # New misses told with an Event per pass. The pass awaits each post: a
@@ -135,7 +161,7 @@ class MissTracker:
         state: ClusterState,
         events: EventRecorder,
         context: Callable[[], d.Context],
-        report: Callable[[int], None],
+        report: Callable[[int, int], None],
     ) -> None:
         self.state = state
         self.events = events
@@ -182,13 +208,16 @@ class MissTracker:
             if ns is None:
                 continue  # not seen yet: judged on a later pass
             decision = d.decide(pod, ns.get("labels") or {}, ctx)
-            if decision.inject:
+            if decision.action in ("inject", "withheld"):
                 found[key] = Miss(pod, decision)
         return found
 
+    def _report(self, found: Mapping[PodKey, Miss]) -> None:
+        self.report(*_counted(found))
+
     def count(self) -> None:
         """Report the current number of misses (no API call)."""
-        self.report(len(self.judge()))
+        self._report(self.judge())
 
     async def check(self) -> None:
         """Count, report and tell about misses (EVENTS_PER_PASS new ones at most).
@@ -197,10 +226,10 @@ class MissTracker:
         misses are left to tell.
         """
         found = self.judge()
-        changed = len(found) != len(self.missed)
+        changed = _counted(found) != _counted(self.missed)
         self.missed = found
         metrics.WEBHOOK_MISSED_PODS.set(len(found))
-        self.report(len(found))
+        self._report(found)
         told, more = 0, False
         for miss in found.values():
             uid = str(miss.pod["metadata"].get("uid") or "")
@@ -213,18 +242,18 @@ class MissTracker:
             self._counted.add(uid)
             metrics.WEBHOOK_MISSES.inc()
             meta = miss.pod["metadata"]
+            reason = (
+                PodEvent.REDIRECTION_WAIT_IMAGE_UNAVAILABLE
+                if miss.image_unavailable
+                else PodEvent.REDIRECTION_WAIT_MISSING
+            )
             log.warning(
-                "pod %s/%s was admitted without the redirection-wait init container",
+                "pod %s/%s was admitted without the redirection-wait init container (%s)",
                 meta.get("namespace"),
                 meta.get("name"),
+                reason,
             )
-            await asyncio.to_thread(
-                self.events.post,
-                miss.pod,
-                "Warning",
-                PodEvent.REDIRECTION_WAIT_MISSING,
-                miss.message(),
-            )
+            await asyncio.to_thread(self.events.post, miss.pod, "Warning", reason, miss.message())
         live = {str(m.pod["metadata"].get("uid") or "") for m in found.values()}
         self._counted &= live  # forget pods that are gone
         if changed:

@@ -39,9 +39,12 @@ class Reviewer:
         kube: Kube,
         *,
         clock: Callable[[], float] = time.monotonic,
+        default_registry: str | None = None,
     ) -> None:
         self.state = state
         self.kube = kube
+        # The operator's --default-registry, for a mesh that names none.
+        self.default_registry = default_registry
         # `clock` paces the log lines about bad reviews (one per reason per interval).
         self.limiter = intake.LogLimiter(clock=clock)
         self.runtime_classes: dict[str, dict[str, Any]] = {}
@@ -86,7 +89,12 @@ class Reviewer:
         with self._lock:
             if self._context is not None and self._context[0] == key:
                 return self._context[1]
-            ctx = d.Context.build(mesh, self._node_facts(nodes), dict(self.runtime_classes))
+            ctx = d.Context.build(
+                mesh,
+                self._node_facts(nodes),
+                dict(self.runtime_classes),
+                default_registry=self.default_registry,
+            )
             self._context = (key, ctx)
             return ctx
 

@@ -74,8 +74,9 @@ class Webhook(Reviewer):
         options: WebhookOptions,
         *,
         clock: Callable[[], float] = time.monotonic,
+        default_registry: str | None = None,
     ) -> None:
-        super().__init__(state, kube, clock=clock)
+        super().__init__(state, kube, clock=clock, default_registry=default_registry)
         self.options = options
         self.server: AdmissionServer | None = None
         self.material: certs.TLSMaterial | None = None
