@@ -37,7 +37,8 @@ BRIDGE = "ambnode0"
 CGROUP_PARENT = "ambient-node"
 NODE_IP = "10.244.240.1"
 POD_PREFIX = "10.244.240."
-PAUSE = "localhost/ambient-devcluster/pause:node"
+# The pipeline's pause image (hack/images, tag 3.10-ambient), imported under our name.
+PAUSE = "localhost/ambient-devcluster/pause:3.10-ambient"
 RUN_DIR = "/run/ambient-devcluster-node"
 # Created by containerd (the shims' sockets) and the kubelet (device plugins' socket,
 # log links) at fixed paths when missing.

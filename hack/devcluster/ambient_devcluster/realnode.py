@@ -98,8 +98,10 @@ CONTAINER_LOG_LINKS = Path("/var/log/containers")
 # Those that did not exist at the start are removed at the stop.
 FIXED_PATHS = (Path("/run/containerd"), Path("/var/lib/kubelet"), CONTAINER_LOG_LINKS)
 CLUSTER_DOMAIN = "cluster.local"
-# The name the pipeline's pause image is imported under, and the sandbox image.
-SANDBOX_IMAGE = "localhost/ambient-devcluster/pause:node"
+# The repository the pipeline's pause image is imported under; its tag is the
+# layout's own (org.opencontainers.image.ref.name), and that is the sandbox image.
+SANDBOX_REPOSITORY = "localhost/ambient-devcluster/pause"
+REF_NAME = "org.opencontainers.image.ref.name"
 NODE_BINARIES = (
     "containerd",
     "containerd-shim-runc-v2",
@@ -263,6 +265,7 @@ class RealNode:
         self.containerd_socket = RUN_DIR / "containerd.sock"
         self.ports = NodePorts.allocate()
         self.dns_ip: str | None = None
+        self.sandbox_image = ""
         self._lock: IO[str] | None = None
         self._procs: dict[str, ManagedProcess] = {}
         self._started = False
@@ -312,6 +315,7 @@ class RealNode:
             "dir": str(self.dir),
             "runtime_endpoint": self.runtime_endpoint,
             "dns_ip": self.dns_ip,
+            "sandbox_image": self.sandbox_image,
             "cgroup_parent": CGROUP_PARENT,
             "bridge": BRIDGE,
             "pids": {n: p.pid for n, p in self._procs.items() if p.running()},
@@ -548,6 +552,7 @@ class RealNode:
 
     def _write_configs(self) -> None:
         d, p = self.dir, self.ports
+        self.sandbox_image = pause_reference(self.pause_layout)
         ca = self.cluster.ca_file
         (d / "containerd" / "config.toml").write_text(_containerd_config(self))
         (d / "cni" / "net.d" / "10-ambient-node.conflist").write_text(
@@ -692,8 +697,11 @@ class RealNode:
         with tarfile.open(archive, "w") as tar:
             for entry in sorted(self.pause_layout.rglob("*")):
                 tar.add(entry, arcname=str(entry.relative_to(self.pause_layout)), recursive=False)
-        self.ctr("images", "import", "--index-name", SANDBOX_IMAGE, str(archive))
+        # The layout names its image by tag alone; ctr puts the base name before it.
+        self.ctr("images", "import", "--base-name", SANDBOX_REPOSITORY, str(archive))
         archive.unlink()
+        if self.sandbox_image not in self.ctr("images", "list", "--quiet").split():
+            raise RealNodeError(f"importing {self.pause_layout} made no {self.sandbox_image}")
 
     def _wait_ready(self, deadline: float) -> None:
         p = self.ports
@@ -768,7 +776,7 @@ disabled_plugins = [
 [plugins."io.containerd.cri.v1.images"]
   snapshotter = "overlayfs"
   [plugins."io.containerd.cri.v1.images".pinned_images]
-    sandbox = "{SANDBOX_IMAGE}"
+    sandbox = "{node.sandbox_image}"
 
 [plugins."io.containerd.cri.v1.runtime"]
   netns_mounts_under_state_dir = true
@@ -821,6 +829,19 @@ def _cni_config(state_dir: Path) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ helpers
+
+
+def pause_reference(layout: Path) -> str:
+    """The name the pause image of an OCI layout is imported under (its tag from index.json)."""
+    index = json.loads((layout / "index.json").read_text())
+    tags = [
+        m["annotations"][REF_NAME]
+        for m in index.get("manifests", [])
+        if REF_NAME in (m.get("annotations") or {})
+    ]
+    if len(tags) != 1:
+        raise RealNodeError(f"{layout}/index.json names {len(tags)} images, not one: {tags}")
+    return f"{SANDBOX_REPOSITORY}:{tags[0]}"
 
 
 def _http_ok(url: str) -> bool:
