@@ -17,9 +17,11 @@ import json
 import os
 import re
 import socket
+import ssl
 import struct
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -303,3 +305,21 @@ def test_cluster_dns_answers_through_the_kube_dns_service(api: client.ApiClient)
         "CoreDNS answering through the kube-dns Service",
     )
     assert answers == [KUBERNETES_SERVICE_IP]
+
+
+def test_pods_reach_the_api_server_through_the_kubernetes_service(
+    node_cluster: tuple[LocalCluster, RealNode],
+) -> None:
+    # The path a pod's in-cluster client takes: the `kubernetes` Service's
+    # ClusterIP, which kube-proxy sends to the node's forwarder to the API server.
+    cluster = node_cluster[0]
+    ctx = ssl.create_default_context(cafile=str(cluster.ca_file))
+    pki = cluster.pki_dir
+    ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+
+    def ready() -> str:
+        url = f"https://{KUBERNETES_SERVICE_IP}:443/readyz"
+        with urllib.request.urlopen(url, timeout=3, context=ctx) as resp:
+            return str(resp.read().decode())
+
+    assert wait_for(ready, 60, "/readyz through the kubernetes Service") == "ok"

@@ -39,8 +39,10 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tarfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -117,6 +119,9 @@ CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
 HOST_PROGRAMS = ("nft", "iptables", "ip", "mount", "umount")
 COREDNS_USER = "system:ambient-devcluster:coredns"
 ENDPOINT_SLICE_MANAGER = "ambient-devcluster"
+# Where pods reach the API server (the `kubernetes` Service's endpoint): the
+# server listens on loopback only, and the node forwards this port to it.
+APISERVER_NODE_PORT = 6443
 # Order of the stop: the kubelet first (no new pods), the rest in reverse.
 COMPONENTS = ("containerd", "coredns", "kube-proxy", "kubelet")
 
@@ -209,6 +214,66 @@ def nft_tables_present() -> list[tuple[str, str]]:
     return [t for t in NFT_TABLES if t in present]
 
 
+class TcpForwarder:
+    """Accepts TCP connections on the node's address and relays each to a loopback port.
+
+    Pods reach host programs only at an address of the node, and those
+    programs listen on loopback only (the API server, istiod).
+    """
+
+    def __init__(self, listen: tuple[str, int], target: tuple[str, int]) -> None:
+        self.target = target
+        self._server = socket.create_server(listen)
+        self.address: tuple[str, int] = self._server.getsockname()[:2]
+        self._conns: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+        threading.Thread(target=self._accept, name=f"forward-{listen}", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                conn.close()
+                continue
+            with self._lock:
+                if self._closed:
+                    conn.close()
+                    upstream.close()
+                    return
+                self._conns |= {conn, upstream}
+            for a, b in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        """Stop accepting and cut every relayed connection."""
+        with self._lock:
+            self._closed = True
+            conns, self._conns = self._conns, set()
+        self._server.close()
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+
+
 @dataclass(frozen=True)
 class NodePorts:
     """Loopback (and node address) ports of the node's components."""
@@ -268,6 +333,7 @@ class RealNode:
         self.sandbox_image = ""
         self._lock: IO[str] | None = None
         self._procs: dict[str, ManagedProcess] = {}
+        self._forwarders: list[TcpForwarder] = []
         self._started = False
 
     # ------------------------------------------------------------------ info
@@ -305,6 +371,13 @@ class RealNode:
              "--namespace", "k8s.io", *args],
             timeout=timeout,
         )  # fmt: skip
+
+    def expose(self, loopback_port: int, node_port: int = 0) -> tuple[str, int]:
+        """Make a host program that listens on loopback reachable from pods, at
+        the node's address; that (address, port). Closed by :meth:`stop`."""
+        forwarder = TcpForwarder((NODE_IP, node_port), (LOOPBACK, loopback_port))
+        self._forwarders.append(forwarder)
+        return forwarder.address
 
     def describe(self) -> dict[str, Any]:
         """JSON-friendly summary (for the CLI's state file)."""
@@ -390,6 +463,7 @@ class RealNode:
                 }
             )
             self._prepare()
+            self.expose(self.cluster.ports.apiserver, APISERVER_NODE_PORT)
             self._start_containerd(began + self.start_timeout)
             self._import_pause()
             # kube-proxy waits for its Node, which the kubelet registers.
@@ -415,6 +489,9 @@ class RealNode:
                 proc = self._procs.get(name)
                 if proc is not None:
                     proc.stop(15)
+            for forwarder in self._forwarders:
+                forwarder.close()
+            self._forwarders = []
             leftovers = sweep(self.dir, _read_state())
             with contextlib.suppress(FileNotFoundError):
                 STATE_FILE.unlink()
@@ -548,11 +625,28 @@ class RealNode:
                     {"name": "dns-tcp", "port": 53, "protocol": "TCP"},
                 ],
             }
-            apply_objects(api, [slice_body])
+            # The API server's own endpoint reconciler is off (it refuses a
+            # loopback address); pods reach it through the node's forwarder.
+            api_slice = {
+                "apiVersion": "discovery.k8s.io/v1",
+                "kind": "EndpointSlice",
+                "metadata": {
+                    "name": "kubernetes-real-node",
+                    "namespace": "default",
+                    "labels": {
+                        "kubernetes.io/service-name": "kubernetes",
+                        "endpointslice.kubernetes.io/managed-by": ENDPOINT_SLICE_MANAGER,
+                    },
+                },
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [NODE_IP], "conditions": {"ready": True}}],
+                "ports": [{"name": "https", "port": APISERVER_NODE_PORT, "protocol": "TCP"}],
+            }
+            apply_objects(api, [slice_body, api_slice])
 
     def _write_configs(self) -> None:
         d, p = self.dir, self.ports
-        self.sandbox_image = pause_reference(self.pause_layout)
+        self.sandbox_image = f"{SANDBOX_REPOSITORY}:{layout_tag(self.pause_layout)}"
         ca = self.cluster.ca_file
         (d / "containerd" / "config.toml").write_text(_containerd_config(self))
         (d / "cni" / "net.d" / "10-ambient-node.conflist").write_text(
@@ -693,15 +787,27 @@ class RealNode:
         )
 
     def _import_pause(self) -> None:
-        archive = self.dir / "pause.tar"
+        self.import_layout(self.pause_layout, SANDBOX_REPOSITORY)
+
+    def import_layout(self, layout: Path, repository: str) -> str:
+        """Load an OCI image layout (one image, named by its tag) into the node's
+        containerd as ``<repository>:<tag>``, where the kubelet finds it; that name.
+
+        Pods name it with ``imagePullPolicy: Never`` (or IfNotPresent).
+        """
+        reference = f"{repository}:{layout_tag(layout)}"
+        archive = self.dir / f"import-{os.getpid()}.tar"
         with tarfile.open(archive, "w") as tar:
-            for entry in sorted(self.pause_layout.rglob("*")):
-                tar.add(entry, arcname=str(entry.relative_to(self.pause_layout)), recursive=False)
-        # The layout names its image by tag alone; ctr puts the base name before it.
-        self.ctr("images", "import", "--base-name", SANDBOX_REPOSITORY, str(archive))
-        archive.unlink()
-        if self.sandbox_image not in self.ctr("images", "list", "--quiet").split():
-            raise RealNodeError(f"importing {self.pause_layout} made no {self.sandbox_image}")
+            for entry in sorted(layout.rglob("*")):
+                tar.add(entry, arcname=str(entry.relative_to(layout)), recursive=False)
+        try:
+            # The layout names its image by tag alone; ctr puts the base name before it.
+            self.ctr("images", "import", "--base-name", repository, str(archive))
+        finally:
+            archive.unlink()
+        if reference not in self.ctr("images", "list", "--quiet").split():
+            raise RealNodeError(f"importing {layout} made no {reference}")
+        return reference
 
     def _wait_ready(self, deadline: float) -> None:
         p = self.ports
@@ -831,8 +937,8 @@ def _cni_config(state_dir: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------ helpers
 
 
-def pause_reference(layout: Path) -> str:
-    """The name the pause image of an OCI layout is imported under (its tag from index.json)."""
+def layout_tag(layout: Path) -> str:
+    """The tag an OCI layout of one image names it by (index.json's ref.name annotation)."""
     index = json.loads((layout / "index.json").read_text())
     tags = [
         m["annotations"][REF_NAME]
@@ -841,7 +947,7 @@ def pause_reference(layout: Path) -> str:
     ]
     if len(tags) != 1:
         raise RealNodeError(f"{layout}/index.json names {len(tags)} images, not one: {tags}")
-    return f"{SANDBOX_REPOSITORY}:{tags[0]}"
+    return str(tags[0])
 
 
 def _http_ok(url: str) -> bool:
