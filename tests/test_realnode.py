@@ -323,3 +323,62 @@ def test_pods_reach_the_api_server_through_the_kubernetes_service(
             return str(resp.read().decode())
 
     assert wait_for(ready, 60, "/readyz through the kubernetes Service") == "ok"
+
+
+SAMPLE_APP_LAYOUT = REPO_ROOT / ".cache" / "images" / "sample-app"
+# The pipeline's sample app (hack/images, tag 0.1.0), imported under our name.
+SAMPLE_APP = "localhost/ambient-devcluster/sample-app:0.1.0"
+
+
+def test_a_pod_reaches_another_by_service_name(
+    api: client.ApiClient, node_cluster: tuple[LocalCluster, RealNode]
+) -> None:
+    """Cluster DNS (CoreDNS), the Service (kube-proxy) and the pod network (CNI), from a pod."""
+    if not (SAMPLE_APP_LAYOUT / "index.json").is_file():
+        pytest.fail(f"no sample-app image at {SAMPLE_APP_LAYOUT}: run `make images`")
+    repository = SAMPLE_APP.rsplit(":", maxsplit=1)[0]
+    assert node_cluster[1].import_layout(SAMPLE_APP_LAYOUT, repository) == SAMPLE_APP
+    core = client.CoreV1Api(api)
+    ns = unique_name("realpair")
+    core.create_namespace({"metadata": {"name": ns}})
+    wait_for(lambda: core.read_namespaced_service_account("default", ns), 30, "default SA")
+    app = {"name": "app", "image": SAMPLE_APP, "imagePullPolicy": "Never"}
+    core.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": "server", "labels": {"app": "server"}},
+            "spec": {"nodeName": NODE, "containers": [app]},
+        },
+    )
+    core.create_namespaced_service(
+        ns,
+        {
+            "metadata": {"name": "server"},
+            "spec": {"selector": {"app": "server"}, "ports": [{"port": 80, "targetPort": 8080}]},
+        },
+    )
+    wait_for(lambda: _running(core, ns, "server"), 120, "server Running")
+    url = f"http://server.{ns}.svc.cluster.local/"
+    core.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": "client"},
+            "spec": {
+                "nodeName": NODE,
+                "restartPolicy": "Never",
+                "containers": [{**app, "args": ["get", "-count", "3", url]}],
+            },
+        },
+    )
+    phase = wait_for(
+        lambda: (
+            core.read_namespaced_pod("client", ns).status.phase in ("Succeeded", "Failed")
+            and core.read_namespaced_pod("client", ns).status.phase
+        ),
+        120,
+        "client finished",
+    )
+    log = core.read_namespaced_pod_log("client", ns)
+    assert phase == "Succeeded", log
+    lines = log.strip().splitlines()
+    assert len(lines) == 3 and all(line.startswith("server=server peer=") for line in lines), log
