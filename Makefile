@@ -81,6 +81,7 @@ test: venv bins lint typecheck
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 cluster-up: venv bins
+	$(if $(filter 1,$(REAL_NODE)),$(PY) -m ambient_images --only pause)
 	$(PY) -m ambient_devcluster up --state-dir $(CLUSTER_STATE) --nodes $(NODES) \
 		$(if $(filter 1,$(REAL_NODE)),--real-node)
 

@@ -16,6 +16,7 @@ import fcntl
 import json
 import os
 import re
+import signal
 import socket
 import ssl
 import struct
@@ -158,7 +159,10 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 # ------------------------------------------------------------------ down is clean
 
 
-def test_cluster_down_leaves_nothing_behind(tmp_path: Path) -> None:
+@pytest.mark.parametrize("daemon_killed", [False, True], ids=["stopped", "daemon-killed"])
+def test_cluster_down_leaves_nothing_behind(tmp_path: Path, daemon_killed: bool) -> None:
+    """`down` after a running pod; or after the daemon that owned the node was
+    SIGKILLed, so that nothing of the node could stop by itself."""
     state_dir = tmp_path / "state"
     node_dir = state_dir / "cluster" / "node"
     with _no_node_running():
@@ -188,6 +192,8 @@ def test_cluster_down_leaves_nothing_behind(tmp_path: Path) -> None:
         assert any(m.startswith(f"{RUN_DIR}/kubelet/pods/") for m in during["mounts"])
         assert f"/sys/fs/cgroup/memory/{CGROUP_PARENT}/kubelet" in during["cgroups"]
         assert len(during["processes"] - before["processes"]) >= 6
+        if daemon_killed:
+            os.kill(int((state_dir / "daemon.pid").read_text()), signal.SIGKILL)
     finally:
         down = _cli("down", "--state-dir", str(state_dir))
     assert down.returncode == 0, down.stderr
