@@ -104,8 +104,26 @@ def _node_processes(marker: str) -> set[str]:
     return found
 
 
+# Set by the kubelet as it starts (it refuses to start with protectKernelDefaults
+# instead), and forwarding by the bridge plugin.
+KUBELET_SYSCTLS = (
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+)
+
+
+def _sysctls() -> dict[str, str]:
+    names = (*KUBELET_SYSCTLS, "net/ipv4/ip_forward")
+    return {n: (Path("/proc/sys") / n).read_text().strip() for n in names}
+
+
 def _snapshot(marker: str) -> dict[str, Any]:
     return {
+        "sysctls": _sysctls(),
         "links": _links(),
         "iptables": _iptables(),
         "nft": _nft(),
@@ -192,6 +210,10 @@ def test_cluster_down_leaves_nothing_behind(tmp_path: Path, daemon_killed: bool)
         assert any(m.startswith(f"{RUN_DIR}/kubelet/pods/") for m in during["mounts"])
         assert f"/sys/fs/cgroup/memory/{CGROUP_PARENT}/kubelet" in during["cgroups"]
         assert len(during["processes"] - before["processes"]) >= 6
+        # The machine's kernel settings are back once the node is up.
+        assert {n: during["sysctls"][n] for n in KUBELET_SYSCTLS} == {
+            n: before["sysctls"][n] for n in KUBELET_SYSCTLS
+        }
         if daemon_killed:
             os.kill(int((state_dir / "daemon.pid").read_text()), signal.SIGKILL)
     finally:
@@ -212,6 +234,7 @@ def test_cluster_down_leaves_nothing_behind(tmp_path: Path, daemon_killed: bool)
     assert after["iptables"] == before["iptables"]
     assert after["nft"] == before["nft"]
     assert after["mounts"] == before["mounts"]
+    assert after["sysctls"] == before["sysctls"]
 
 
 # ------------------------------------------------------------------ a running node
