@@ -5,6 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 NODES ?= operator/ambient_operator/samples/nodes-mixed.yaml
 CLUSTER_STATE ?= .cache/cluster
+# cluster-up runs a real Linux node beside the simulated ones (root, and the
+# pause image of `make images`); REAL_NODE=0 leaves it out.
+REAL_NODE ?= 1
 
 .PHONY: all venv bins images test-tools lint typecheck test demo cluster-up cluster-down crd docs krew bench bench-growth clean
 
@@ -84,7 +87,9 @@ test: venv bins test-tools lint typecheck
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 cluster-up: venv bins
-	$(PY) -m ambient_devcluster up --state-dir $(CLUSTER_STATE) --nodes $(NODES)
+	$(if $(filter 1,$(REAL_NODE)),$(PY) -m ambient_images --only pause)
+	$(PY) -m ambient_devcluster up --state-dir $(CLUSTER_STATE) --nodes $(NODES) \
+		$(if $(filter 1,$(REAL_NODE)),--real-node)
 
 cluster-down: venv
 	$(PY) -m ambient_devcluster down --state-dir $(CLUSTER_STATE)

@@ -23,12 +23,23 @@ program() { # program MODULE_DIR PACKAGE
   printf '%s' "$pkg"
 }
 
-build() { # build MODULE_DIR [--ldflags FLAGS] PACKAGE...
+build() { # build MODULE_DIR [--ldflags FLAGS] [--tags TAGS] [--cgo] [--into DIR] PACKAGE...
   local dir=$1; shift
-  local extra=""
-  if [ "${1:-}" = --ldflags ]; then extra=$2; shift 2; fi
+  local extra="" tags="" cgo="" into=.cache/bin
+  while [[ ${1:-} == --* ]]; do
+    case $1 in
+      --ldflags) extra=$2; shift 2 ;;
+      --tags) tags=$2; shift 2 ;;
+      --cgo) cgo=1; shift ;;
+      --into) into=$2; shift 2 ;;
+      *) echo "build: unknown option $1" >&2; exit 1 ;;
+    esac
+  done
+  # Build tags and cgo change the program, so they are part of the hash when
+  # given; a build without them keeps the hash it always had.
   local hash
-  hash=$({ cat "hack/cluster/$dir/go.mod" "hack/cluster/$dir/go.sum"; [ -z "$extra" ] || printf '%s' "$extra"; } \
+  hash=$({ cat "hack/cluster/$dir/go.mod" "hack/cluster/$dir/go.sum"; [ -z "$extra" ] || printf '%s' "$extra"
+    [ -z "$tags" ] || printf 'tags=%s' "$tags"; [ -z "$cgo" ] || printf 'cgo'; } \
     | sha256sum | cut -c1-16)
   local out="$store/$dir-$hash"
   local complete=yes pkg
@@ -36,14 +47,30 @@ build() { # build MODULE_DIR [--ldflags FLAGS] PACKAGE...
   for pkg in "$@"; do [ -f "$out/$(program "$dir" "$pkg")" ] || complete=""; done
   if [ -z "$complete" ]; then
     echo "building $dir ($*) into $out" >&2
+    local began=$SECONDS
     rm -rf "$out.tmp" && mkdir -p "$out.tmp"
-    (cd "hack/cluster/$dir" && go build -trimpath -ldflags="-s -w${extra:+ $extra}" -o "$out.tmp/" "$@")
+    (cd "hack/cluster/$dir" && env ${cgo:+CGO_ENABLED=1} go build -trimpath ${tags:+-tags "$tags"} \
+      -ldflags="-s -w${extra:+ $extra}" -o "$out.tmp/" "$@")
     # etcd's server module builds its main package under the name "server".
     if [ "$dir" = etcd ]; then mv "$out.tmp/server" "$out.tmp/etcd"; fi
     touch "$out.tmp/.complete"
     rm -rf "$out" && mv "$out.tmp" "$out"
+    echo "built $dir in $((SECONDS - began))s" >&2
   fi
-  for f in "$out"/*; do ln -sfn "$f" "$root/.cache/bin/$(basename "$f")"; done
+  mkdir -p "$root/$into"
+  for f in "$out"/*; do ln -sfn "$f" "$root/$into/$(basename "$f")"; done
+}
+
+# Debian packages a build or the real node needs, installed when missing
+# (sessions and CI run as root): libseccomp's headers for runc's seccomp
+# support, nft and iptables for kube-proxy and the CNI plugins, which call
+# those programs rather than talking netlink themselves.
+apt_need() { # apt_need PACKAGE...
+  local missing=() p
+  for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "installing ${missing[*]} with apt-get" >&2
+  apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >&2
 }
 
 # The Gateway API CRDs are data, not programs: copy the standard channel of
@@ -106,6 +133,40 @@ build krew sigs.k8s.io/krew/cmd/krew sigs.k8s.io/krew/cmd/validate-krew-manifest
 # (crane): the image tests push to the first on loopback and read back with
 # the second (hack/images, docs/images.md).
 build registry github.com/distribution/distribution/v3/cmd/registry github.com/google/go-containerregistry/cmd/crane
+# The real Linux node (hack/devcluster's RealNode): containerd with its
+# client and runc shim, runc with seccomp (cgo), the CNI reference plugins (in
+# a folder of their own: containerd runs every program of its CNI folder by
+# name), the kubelet and kube-proxy at the control plane's Kubernetes version
+# (a module of their own: the kubelet needs go.sum entries that
+# ../kubernetes lacks, and adding them there would rebuild the control plane),
+# CoreDNS, and crictl (the node's stop removes its pods through the CRI, as the
+# kubelet would, so that the CNI plugins undo what they did). SKIP_NODE=1
+# leaves them out.
+if [ -z "${SKIP_NODE:-}" ]; then
+  apt_need libseccomp-dev nftables iptables
+  # Stamped with their versions as release builds are, since the Node's
+  # status reports them (kubeletVersion, containerRuntimeVersion): a plain
+  # build says v0.0.0-master and 2.4.2+unknown.
+  containerd_version=$(cd hack/cluster/containerd && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)
+  build containerd --ldflags "-X github.com/containerd/containerd/v2/version.Version=${containerd_version#v}" \
+    github.com/containerd/containerd/v2/cmd/containerd \
+    github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr
+  build runc --cgo --tags seccomp github.com/opencontainers/runc
+  build cni-plugins --into .cache/cni/bin github.com/containernetworking/plugins/plugins/main/bridge \
+    github.com/containernetworking/plugins/plugins/ipam/host-local \
+    github.com/containernetworking/plugins/plugins/main/loopback \
+    github.com/containernetworking/plugins/plugins/meta/portmap
+  kube_version=$(cd hack/cluster/node && go list -m -f '{{.Version}}' k8s.io/kubernetes)
+  IFS=. read -r kube_major kube_minor _ <<<"${kube_version#v}"
+  kube_flags=""
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    kube_flags+=" -X $pkg.gitVersion=$kube_version -X $pkg.gitMajor=$kube_major"
+    kube_flags+=" -X $pkg.gitMinor=$kube_minor -X $pkg.gitTreeState=clean"
+  done
+  build node --ldflags "${kube_flags# }" k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
+  build coredns github.com/coredns/coredns
+  build cri-tools sigs.k8s.io/cri-tools/cmd/crictl
+fi
 istio_charts
 crds gateway-api-v1.4 v1.4
 crds gateway-api-v1.6 v1.6

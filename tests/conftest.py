@@ -49,6 +49,7 @@ from ambient_devcluster.harness import (
     gateway_api_dir,
     wait_for,
 )
+from ambient_devcluster.realnode import RealNode, RealNodeError
 
 # Re-exported: tests import them from here.
 __all__ = ["BIN_DIR", "REPO_ROOT", "SAMPLE_NODES", "ignoring", "unique_name", "wait_for"]
@@ -136,6 +137,29 @@ def own_cluster(
             create_nodes(api, SAMPLE_NODES, timeout=60)
             apply_objects(api, [cluster_dns_service()])
         yield local
+
+
+@contextlib.contextmanager
+def own_node_cluster(
+    tmp_path_factory: pytest.TempPathFactory, name: str, *programs: str
+) -> Iterator[tuple[LocalCluster, RealNode]]:
+    """`own_cluster` with a real Linux node beside the simulated ones (hack/devcluster's
+    RealNode: containerd, runc, CNI, kubelet, kube-proxy, CoreDNS). One real node runs
+    on the machine at a time: this waits for another to stop. A machine that cannot
+    run one fails the test with the reason, never skips it."""
+    with own_cluster(tmp_path_factory, name, *programs) as local:
+        node = RealNode(local, bin_dir=BIN_DIR)
+        reasons = node.missing()
+        if reasons:
+            pytest.fail("the real node cannot run here: " + "; ".join(reasons))
+        try:
+            node.start()
+        except RealNodeError as exc:
+            pytest.fail(f"the real node did not start: {exc}")
+        try:
+            yield local, node
+        finally:
+            node.stop()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,9 +1,11 @@
 """``python -m ambient_devcluster up|down|status``.
 
 ``up`` starts a detached daemon that owns a :class:`LocalCluster` (its
-components die with it), then creates the fake nodes and applies CRDs, and
-prints ``export KUBECONFIG=...`` as the last line on stdout. ``down`` stops
-the daemon and waits until every component process is gone.
+components die with it) and, with ``--real-node``, a :class:`RealNode` beside
+it, then creates the fake nodes and applies CRDs, and prints
+``export KUBECONFIG=...`` as the last line on stdout. ``down`` stops the
+daemon, waits until every component process is gone, and sweeps what a real
+node left behind when its daemon could not stop it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from .launcher import (
 from .manifests import ManifestError, apply_dirs
 from .nodes import create_nodes
 from .process import find_processes, pid_alive, tail
+from .realnode import RealNode, RealNodeError, sweep_previous
 
 PID_FILE = "daemon.pid"
 STATE_FILE = "state.json"
@@ -101,16 +104,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
         state_dir / CLUSTER_SUBDIR, bin_dir=args.bin_dir, start_timeout=args.timeout
     )
     try:
-        with cluster:
-            _write_atomic(state_dir / STATE_FILE, json.dumps(cluster.describe(), indent=2))
+        with cluster, contextlib.ExitStack() as stack:
+            node = stack.enter_context(RealNode(cluster)) if args.real_node else None
+            state = cluster.describe()
+            if node is not None:
+                state["real_node"] = node.describe()
+            _write_atomic(state_dir / STATE_FILE, json.dumps(state, indent=2))
             while not stop.wait(1.0):
                 # A component that dies on its own takes the cluster down with
                 # it: a half-working cluster is worse than a clear failure.
                 dead = cluster.exited_components()
+                if node is not None:
+                    dead |= {f"node {k}": v for k, v in node.exited_components().items()}
                 if dead:
                     _err(f"component(s) exited: {dead}")
                     return 1
-    except ClusterError as exc:
+    except (ClusterError, RealNodeError) as exc:
         _err(str(exc))
         return 1
     finally:
@@ -142,6 +151,8 @@ def _start_daemon(args: argparse.Namespace) -> int:
     ]
     if args.bin_dir is not None:
         argv += ["--bin-dir", str(args.bin_dir)]
+    if args.real_node:
+        argv.append("--real-node")
     with (state_dir / DAEMON_LOG).open("ab") as log:
         # A new session detaches the daemon from this terminal and from
         # `make`, so it survives them; it is *not* tied to our lifetime.
@@ -153,7 +164,8 @@ def _start_daemon(args: argparse.Namespace) -> int:
             start_new_session=True,
             close_fds=True,
         )
-    deadline = time.monotonic() + args.timeout + 30
+    # A real node may first wait for another one on this machine to stop.
+    deadline = time.monotonic() + args.timeout + (930 if args.real_node else 30)
     while _read_state(state_dir) is None:
         if proc.poll() is not None:
             raise ClusterError(
@@ -184,6 +196,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         kubeconfig = Path(state["kubeconfig"])
         if fresh:
             _err(f"control plane ready in {state.get('startup_seconds', 0):.1f}s")
+            if "real_node" in state:
+                _err(f"real node {state['real_node']['name']} Ready")
         else:
             _err(f"reusing running cluster at {state['server']}")
         with api_client_for(kubeconfig) as api:
@@ -228,6 +242,17 @@ def _stop_daemon(state_dir: Path, timeout: float) -> bool:
                 os.kill(p, signal.SIGKILL)
         if wait_processes_gone(leftovers, 5):
             return False
+    # A daemon that died (or was killed) before its real node stopped leaves
+    # the node's containers, mounts and bridge: the node's own state file says
+    # where, and only when it names this state dir are they ours to sweep.
+    try:
+        left = sweep_previous(owner=state_dir)
+    except RealNodeError as exc:
+        _err(str(exc))
+        return False
+    if left:
+        _err(f"the real node left behind: {'; '.join(left)}")
+        return False
     for name in (STATE_FILE, PID_FILE):
         with contextlib.suppress(FileNotFoundError):
             (state_dir / name).unlink()
@@ -272,6 +297,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.add_argument("--no-crds", action="store_true", help="apply no manifests")
     up.add_argument("--bin-dir", type=Path, default=None)
+    up.add_argument(
+        "--real-node",
+        action="store_true",
+        help="also run a real Linux node (containerd, kubelet, kube-proxy, CoreDNS; needs root)",
+    )
     up.set_defaults(func=cmd_up)
 
     down = sub.add_parser("down", help="stop the cluster of --state-dir")
@@ -285,6 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help=argparse.SUPPRESS)
     common(serve)
     serve.add_argument("--bin-dir", type=Path, default=None)
+    serve.add_argument("--real-node", action="store_true")
     serve.set_defaults(func=cmd_serve)
     return parser
 

@@ -476,6 +476,9 @@ class LocalCluster:
                 # nothing in this cluster can reach the "kubernetes" Service's
                 # endpoints anyway (pods are simulated).
                 "--endpoint-reconciler-type=none",
+                # A real node's kubelet (logs, exec) by its address: its
+                # hostname is no name the machine's resolver knows.
+                "--kubelet-preferred-address-types=InternalIP",
                 f"--secure-port={p.apiserver}",
                 f"--cert-dir={w / 'certs' / 'apiserver'}",
                 f"--tls-cert-file={d / 'apiserver.crt'}",
