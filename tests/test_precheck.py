@@ -185,6 +185,7 @@ def test_a_broken_cluster_blocks(
         ("held-templates", "ok"),
         ("namespace-labels", "warning"),
         ("windows-pods", "warning"),
+        ("windows-limits", "info"),
         ("webhook", "info"),
     ]
     assert (body["blocked"], body["blocking"], body["warnings"]) == (True, 2, 3)
@@ -308,6 +309,8 @@ def test_a_healthy_cluster_passes(
         ("held-templates", "ok"),
         ("namespace-labels", "ok"),
         ("windows-pods", "ok"),
+        # Windows nodes, not on AKS: the Windows data plane's limits, told.
+        ("windows-limits", "info"),
         ("webhook", "ok"),
     ]
     assert (body["blocked"], body["blocking"], body["warnings"]) == (False, 0, 1)
