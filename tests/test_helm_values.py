@@ -201,8 +201,18 @@ def _import(values: Files, base: Files, empty: bool) -> dict[str, Any]:
     return import_values(files.get("ztunnel"), files.get("istio-cni"))
 
 
-def judged(values: Files, differs: list[dict[str, str]], base: Files | None = None) -> None:
-    """The comparison of the module docstring, for one set of values files over a baseline."""
+def judged(
+    values: Files,
+    differs: list[dict[str, str]],
+    base: Files | None = None,
+    table_rows: list[dict[str, str]] | None = None,
+) -> None:
+    """The comparison of the module docstring, for one set of values files over a baseline.
+
+    `differs` are the example's own rows: each must name an object compared, or
+    it is stale. `table_rows` (the platforms table's) cover every chart: only
+    those of the objects compared apply.
+    """
     base = base or {}
     charts = _charts_of(values)
     # Both sides only for the charts given: the other chart's objects are not compared.
@@ -214,10 +224,11 @@ def judged(values: Files, differs: list[dict[str, str]], base: Files | None = No
     base = set(compare(views(u0), views(o0)))
     now = set(compare(views(u1), views(o1)))
     compared = set(views(u1)) | set(views(o1))
+    stale = sorted({d["object"] for d in differs} - compared)
+    assert stale == [], f"differs rows for objects this example does not compare: {stale}"
     literal = {
         Difference(d["object"], d["field"], d["upstream"], d["ours"])
-        for d in differs
-        if d["object"] in compared
+        for d in [*differs, *(r for r in table_rows or [] if r["object"] in compared)]
     }
     expected = {d for d in base if (d.object, d.field) not in touched} | literal
     assert sorted(now - expected) == [], "differs with the values, and not without"
@@ -232,7 +243,7 @@ def _component(obj: dict[str, Any]) -> str:
 def test_each_value_renders_what_upstreams_chart_renders(example: dict[str, Any]) -> None:
     chart = example["chart"]
     base = {chart: example["with"]} if "with" in example else {}
-    judged({chart: example["values"]}, example.get("differs", []) + platform_rows(example), base)
+    judged({chart: example["values"]}, example.get("differs", []), base, platform_rows(example))
 
 
 def platform_rows(example: dict[str, Any]) -> list[dict[str, str]]:

@@ -186,6 +186,7 @@ def test_a_broken_cluster_blocks(
         ("namespace-labels", "warning"),
         ("windows-pods", "warning"),
         ("bundled-images", "warning"),
+        ("windows-limits", "info"),
         ("webhook", "info"),
     ]
     assert (body["blocked"], body["blocking"], body["warnings"]) == (True, 2, 4)
@@ -321,6 +322,8 @@ def test_a_healthy_cluster_passes(
         ("namespace-labels", "ok"),
         ("windows-pods", "ok"),
         ("bundled-images", "ok"),
+        # Windows nodes, not on AKS: the Windows data plane's limits, told.
+        ("windows-limits", "info"),
         ("webhook", "ok"),
     ]
     assert (body["blocked"], body["blocking"], body["warnings"]) == (False, 0, 1)

@@ -153,16 +153,54 @@ def test_a_waypoint_talks_to_the_revision_its_gateway_names_as_istiod_decides(
     assert _pair(api, {rev: "prod"}) == (CANARY, CANARY)
 
 
+def _status_revisions(api: client.ApiClient) -> dict[str, Any]:
+    return {r["name"]: r for r in (get_mesh(api).get("status") or {}).get("revisions") or []}
+
+
+def _no_waypoints_of_ours(api: client.ApiClient) -> None:
+    """Every Gateway of our class deleted (an earlier test's too), and status counting none."""
+    custom = client.CustomObjectsApi(api)
+    gateways = ("gateway.networking.k8s.io", "v1", "gateways")
+    for gw in custom.list_cluster_custom_object(*gateways)["items"]:
+        if gw["spec"]["gatewayClassName"] == OURS:
+            meta = gw["metadata"]
+            custom.delete_namespaced_custom_object(
+                *gateways[:2], meta["namespace"], *gateways[2:], meta["name"]
+            )
+    wait_for(
+        lambda: (
+            not [
+                gw
+                for gw in custom.list_cluster_custom_object(*gateways)["items"]
+                if gw["spec"]["gatewayClassName"] == OURS
+            ]
+        ),
+        TIMEOUT,
+        "no Gateway of our class left",
+    )
+    wait_for(
+        lambda: sum(r.get("waypoints", 0) for r in _status_revisions(api).values()) == 0,
+        TIMEOUT,
+        "status.revisions counting no waypoint",
+    )
+
+
 def test_a_namespace_label_moves_its_waypoints_and_status_lists_each_revision(
     api: client.ApiClient, stable: IstioControlPlane, canary: IstioControlPlane, operator: Any
 ) -> None:
-    ns = unique_name("rev-ns")
+    # The counts below are this test's own Gateways alone, whatever ran before.
+    _no_waypoints_of_ours(api)
+    ns, other = unique_name("rev-ns"), unique_name("rev-other")
     make_namespace(api, ns, {c.LABEL_DATAPLANE_MODE: "ambient", c.LABEL_USE_WAYPOINT: "wp"})
+    make_namespace(api, other, {})
     apply_objects(api, app(ns, "web", "linux-amd64-1"))
-    create_gateway(api, ns, "wp", OURS)
-    assert wait_for(lambda: _dialled(api, ns, "wp"), TIMEOUT, "wp deployed") == DEFAULT
+    for namespace, name in ((ns, "wp"), (ns, "wp2"), (other, "wp")):
+        create_gateway(api, namespace, name, OURS)
+        found = wait_for(lambda n=namespace, g=name: _dialled(api, n, g), TIMEOUT, "deployed")
+        assert found == DEFAULT, (namespace, name, found)
     client.CoreV1Api(api).patch_namespace(ns, {"metadata": {"labels": {c.LABEL_REVISION: "prod"}}})
-    wait_for(lambda: _dialled(api, ns, "wp") == CANARY, TIMEOUT, "wp moved to canary")
+    for name in ("wp", "wp2"):
+        wait_for(lambda g=name: _dialled(api, ns, g) == CANARY, TIMEOUT, f"{name} moved to canary")
     host = f"wp.{ns}.svc.cluster.local"
 
     def bound(plane: IstioControlPlane) -> bool:
@@ -177,13 +215,53 @@ def test_a_namespace_label_moves_its_waypoints_and_status_lists_each_revision(
     wait_for(lambda: bound(stable), TIMEOUT, "the default istiod binding web to wp")
 
     def revisions() -> dict[str, Any] | None:
-        found = {r["name"]: r for r in (get_mesh(api).get("status") or {}).get("revisions") or []}
+        found = _status_revisions(api)
         return found if ns in (found.get("canary") or {}).get("namespaces", []) else None
 
     seen = wait_for(revisions, TIMEOUT, "status.revisions naming the namespace")
     assert seen["canary"]["tags"] == ["prod"] and seen["canary"]["istiod"] is True
     assert (seen["default"]["agents"], seen["canary"]["agents"]) == (True, False)
-    assert seen["canary"]["waypoints"] >= 2 and seen["default"]["waypoints"] >= 1
+    # ns's two waypoints follow its label to canary; other's stays at default.
+    assert (seen["canary"]["waypoints"], seen["default"]["waypoints"]) == (2, 1), seen
+
+
+TAG_WEBHOOK = "istio-revision-tag-prod"
+
+
+def _point_tag(api: client.ApiClient, revision: str) -> None:
+    """Point the tag prod at `revision`, as `istioctl tag set prod --revision <r> --overwrite`
+    does: istiod reads the tag's revision from this label (pkg/revisions)."""
+    client.AdmissionregistrationV1Api(api).patch_mutating_webhook_configuration(
+        TAG_WEBHOOK, {"metadata": {"labels": {c.LABEL_REVISION: revision}}}
+    )
+
+
+def test_a_moved_tag_moves_the_waypoints_that_name_it(
+    api: client.ApiClient, stable: IstioControlPlane, canary: IstioControlPlane, operator: Any
+) -> None:
+    ns = unique_name("rev-tag")
+    make_namespace(api, ns, {c.LABEL_REVISION: "prod"})
+    create_gateway(api, ns, "wp", OURS)
+    assert wait_for(lambda: _dialled(api, ns, "wp"), TIMEOUT, "wp deployed") == CANARY
+    _point_tag(api, "default")
+    try:
+        # Tags are read once per pass: the next pass sees the tag's new revision.
+        wait_for(lambda: _dialled(api, ns, "wp") == DEFAULT, TIMEOUT, "wp moved with the tag")
+
+        def tagged() -> dict[str, Any] | None:
+            found = _status_revisions(api)
+            return found if (found.get("default") or {}).get("tags") == ["prod"] else None
+
+        seen = wait_for(tagged, TIMEOUT, "status.revisions: prod points at default")
+        # (An earlier test's namespace labelled prod moves too: membership, not a list.)
+        assert ns in seen["default"]["namespaces"], seen
+        assert seen["canary"]["tags"] == [] and ns not in seen["canary"]["namespaces"], seen
+        # A Gateway created now follows the tag where it points now.
+        create_gateway(api, ns, "wp2", OURS)
+        assert wait_for(lambda: _dialled(api, ns, "wp2"), TIMEOUT, "wp2 deployed") == DEFAULT
+    finally:
+        _point_tag(api, "canary")
+    wait_for(lambda: _dialled(api, ns, "wp") == CANARY, TIMEOUT, "wp back with the tag")
 
 
 def _serving(ds: dict[str, Any]) -> str:
