@@ -138,9 +138,14 @@ def test_helm_upgrade_leaves_the_old_crd_and_the_operator_says_so(
         )
         assert "it lacks spec.adopt, status.adoption." in cond["message"], cond["message"]
         assert "kubectl apply --server-side --force-conflicts -f crds/" in cond["message"]
-        events = client.CoreV1Api(k8s).list_namespaced_event("default").items
-        assert any(
-            e.reason == "CrdOutdated" and e.involved_object.name == c.MESH_NAME for e in events
+        # The pass posts its transitions' Events after the status write, Degraded's last.
+        wait_for(
+            lambda: any(
+                e.reason == "CrdOutdated" and e.involved_object.name == c.MESH_NAME
+                for e in client.CoreV1Api(k8s).list_namespaced_event("default").items
+            ),
+            TIMEOUT,
+            "the CrdOutdated Event",
         )
         # The fix the docs give, with the real kubectl; the operator sees the new CRD.
         done = kubectl(cluster, documented(UPGRADES, "kubectl apply --server-side"), cwd=REPO_ROOT)
