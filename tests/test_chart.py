@@ -312,6 +312,8 @@ def test_install_upgrade_uninstall(
         "kind: AmbientMesh",
         "istio.io/dataplane-mode=ambient",
         "kubectl delete mutatingwebhookconfiguration ambient-operator",
+        # No value registry: where the Windows images come from, and the command.
+        "`make images REGISTRY=<registry>` (docs/images.md)",
     ):
         assert step in done.stdout, step
     assert _available(k8s, ns, name, 1)

@@ -297,8 +297,10 @@ NODES = (_linux("l1"), _windows("w22", WS2022), _windows("w25", WS2025))
 def _spec(tag: str) -> AmbientMeshSpec:
     windows = {"windows": f"registry.example.com/istio/ztunnel-windows:{tag}"}
     cni = {"windows": f"registry.example.com/istio/install-cni-windows:{tag}"}
+    # The registry names the redirection-wait image; the agents are set in full.
+    registry = "registry.example.com/ambient"
     return AmbientMeshSpec.model_validate(
-        {"images": {"tag": tag, "ztunnel": windows, "istioCni": cni}}
+        {"images": {"tag": tag, "registry": registry, "ztunnel": windows, "istioCni": cni}}
     )
 
 

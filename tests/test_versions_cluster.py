@@ -405,9 +405,13 @@ def test_returning_the_tag_rolls_back_linux_first_and_says_so(
 
 
 def _follow_spec() -> dict[str, Any]:
-    """The sample without a tag; Windows images named by it (`<hub>/ztunnel-windows:<tag>`)."""
+    """The sample without a tag; Windows images named by it (`<hub>/ztunnel-windows:<tag>`).
+
+    Without its registry too: the images `make images` pushes there carry the
+    experiment pair's tag, not istiod's.
+    """
     spec: dict[str, Any] = yaml.safe_load(SAMPLE.read_text())["spec"]
-    for key in ("tag", "ztunnel", "istioCni"):
+    for key in ("tag", "registry", "ztunnel", "istioCni"):
         spec["images"].pop(key, None)
     return spec
 
