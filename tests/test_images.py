@@ -571,16 +571,11 @@ def _tampered_copy(archive: Path, dest: Path) -> None:
     assert changed
 
 
-def test_a_source_changed_by_one_byte_is_refused(tmp_path: Path) -> None:
-    shared = Path(os.environ.get("AMBIENT_SOURCES") or REPO_ROOT.parent / "shared" / "sources")
-    sources = tmp_path / "sources"
-    sources.mkdir()
-    for archive in shared.glob("*.tar.gz"):
-        if archive.name.startswith("keithmattix-hcsshim-"):
-            _tampered_copy(archive, sources / archive.name)
-        else:
-            (sources / archive.name).symlink_to(archive)
-    done = subprocess.run(
+def _build_install_cni_windows(
+    tmp_path: Path, env: dict[str, str], cache: Path
+) -> subprocess.CompletedProcess[str]:
+    """`make images ONLY=install-cni-windows` into tmp_path/out with a cache of its own."""
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -592,13 +587,23 @@ def test_a_source_changed_by_one_byte_is_refused(tmp_path: Path) -> None:
         ],
         capture_output=True,
         text=True,
-        env={
-            **os.environ,
-            "AMBIENT_SOURCES": str(sources),
-            "AMBIENT_BIN_CACHE": str(tmp_path / "cache"),
-        },
+        env={**env, "AMBIENT_BIN_CACHE": str(cache)},
         check=False,
         timeout=600,
+    )
+
+
+def test_a_source_changed_by_one_byte_is_refused(tmp_path: Path) -> None:
+    shared = Path(os.environ.get("AMBIENT_SOURCES") or REPO_ROOT.parent / "shared" / "sources")
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    for archive in shared.glob("*.tar.gz"):
+        if archive.name.startswith("keithmattix-hcsshim-"):
+            _tampered_copy(archive, sources / archive.name)
+        else:
+            (sources / archive.name).symlink_to(archive)
+    done = _build_install_cni_windows(
+        tmp_path, {**os.environ, "AMBIENT_SOURCES": str(sources)}, tmp_path / "cache"
     )
     assert done.returncode == 3, done.stderr[-2000:]
     assert (
@@ -627,22 +632,7 @@ def test_a_downloaded_source_is_checked_by_its_content(tmp_path: Path) -> None:
         )
     ).symlink_to(shared / f"istio-istio-{ISTIO_WINDOWS_COMMIT}.tar.gz")
     env = {k: v for k, v in os.environ.items() if k != "AMBIENT_SOURCES"}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ambient_images",
-            "--only",
-            "install-cni-windows",
-            "--out",
-            str(tmp_path / "out"),
-        ],
-        capture_output=True,
-        text=True,
-        env={**env, "AMBIENT_BIN_CACHE": str(cache)},
-        check=False,
-        timeout=600,
-    )
+    done = _build_install_cni_windows(tmp_path, env, cache)
     assert done.returncode == 3, done.stderr[-2000:]
     assert (
         "refused: source hcsshim (github.com/keithmattix/hcsshim@"

@@ -147,6 +147,23 @@ def _windows_on_hostprocess(
     return _finish(layout, name, bundled.WINDOWS_AGENT_TAG, top, stand_in)
 
 
+def _ztunnel_git_deps(ctx: Context, *, windows: bool) -> dict[str, tuple[str, Pin]]:
+    """Cargo.lock's git dependencies of a ztunnel, by URL as Cargo.toml writes it.
+
+    boring-rustls-provider is in both (optional, tls-boring, but cargo resolves
+    it); the Windows branch adds hcn-rs.
+    """
+    deps = {
+        "https://github.com/janrueth/boring-rustls-provider": (
+            "boring-rustls-provider",
+            ctx.pins["boring-rustls-provider"],
+        ),
+    }
+    if windows:
+        deps["https://github.com/keithmattix/hcn-rs.git"] = ("hcn", ctx.pins["hcn-rs"])
+    return deps
+
+
 def ztunnel_windows(ctx: Context, out: Path) -> Built:
     """ztunnel.exe of the experiment's ztunnel, cross-compiled with mingw-w64."""
     pin = ctx.pins["ztunnel-windows"]
@@ -155,13 +172,7 @@ def ztunnel_windows(ctx: Context, out: Path) -> Built:
         ctx.store,
         name="ztunnel-windows",
         pin=pin,
-        deps={
-            "https://github.com/keithmattix/hcn-rs.git": ("hcn", ctx.pins["hcn-rs"]),
-            "https://github.com/janrueth/boring-rustls-provider": (
-                "boring-rustls-provider",
-                ctx.pins["boring-rustls-provider"],
-            ),
-        },
+        deps=_ztunnel_git_deps(ctx, windows=True),
         target="x86_64-pc-windows-gnu",
         version=bundled.WINDOWS_AGENT_TAG,
     )
@@ -416,12 +427,7 @@ def ztunnel_linux(ctx: Context, out: Path) -> Built:
         ctx.store,
         name="ztunnel",
         pin=pin,
-        deps={
-            "https://github.com/janrueth/boring-rustls-provider": (
-                "boring-rustls-provider",
-                ctx.pins["boring-rustls-provider"],
-            ),
-        },
+        deps=_ztunnel_git_deps(ctx, windows=False),
         target="x86_64-unknown-linux-gnu",
         version=LINUX_AGENT_TAG,
     )
