@@ -1,6 +1,7 @@
 """One recipe per image: what it is built from, what it holds, how it runs.
 
-Each recipe writes an OCI image layout; `build()` runs the ones asked for.
+Each recipe writes an OCI image layout; `python -m ambient_images` (make
+images) runs the ones asked for, in `RECIPES`' order.
 The Windows agents copy what Istio's Windows experiment's Dockerfiles set
 (istio/istio e245938e `pilot/docker/Dockerfile.ztunnel-windows` and
 `cni/deployments/kubernetes/Dockerfile.install-cni-windows`): the file
@@ -31,7 +32,6 @@ PROGRAMS = REPO / "hack" / "images" / "programs"
 ISTIO_CNI_MODULE = REPO / "hack" / "cluster" / "istio-cni"
 # The Linux agents' Istio release: that of the pinned istio.io/istio (api/constants).
 LINUX_AGENT_TAG = c.ISTIO_VERSION
-# ztunnel's commit that Istio 1.31's istio.deps names (ZTUNNEL_REPO_SHA).
 SAMPLE_APP_TAG = "0.1.0"
 PAUSE_TAG = "3.10-ambient"
 
