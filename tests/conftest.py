@@ -209,6 +209,27 @@ def _no_leaked_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
         pytest.fail(f"control-plane processes outlived the test session: {survivors}")
 
 
+def namespaces_settled(api: client.ApiClient, timeout: float = 120.0) -> None:
+    """Barrier: no namespace is Terminating.
+
+    Earlier modules on this worker delete their namespaces on the way out and
+    the namespace controller finishes that later; a test that counts pods
+    cluster-wide must start after those pods are gone, or its counts drift.
+    """
+    core = client.CoreV1Api(api)
+    wait_for(
+        lambda: (
+            not [
+                ns.metadata.name
+                for ns in core.list_namespace().items
+                if (ns.status.phase if ns.status else None) == "Terminating"
+            ]
+        ),
+        timeout,
+        "namespaces deleted by earlier tests to be gone",
+    )
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """The session's local control plane."""

@@ -25,8 +25,14 @@ from kubernetes.client.exceptions import ApiException
 import oracle
 from ambient_devcluster import LocalCluster, create_nodes, install_istiod_objects
 from ambient_devcluster.harness import condition, get_mesh, set_mesh_spec
-from conftest import BIN_DIR, unique_name, wait_for
-from operator_harness import SAMPLE_MESH, AuditLog, RunningOperator, apply_sample_mesh
+from conftest import BIN_DIR, namespaces_settled, unique_name, wait_for
+from operator_harness import (
+    SAMPLE_MESH,
+    AuditLog,
+    RunningOperator,
+    apply_sample_mesh,
+    full_passes_finished,
+)
 
 GROUP, VERSION, PLURAL = "ambientoperator.io", "v1alpha1", "ambientmeshes"
 AGENTS_NS = "istio-system"
@@ -558,6 +564,10 @@ def test_namespace_labels_and_enrollment(k8s: client.ApiClient, operator: Runnin
         wp: {"istio.io/dataplane-mode": "ambient", "istio.io/use-waypoint": "nope"},
         good: {"istio.io/dataplane-mode": "ambient"},
     }
+    # Totals are cluster-wide deltas: start after earlier modules' namespaces
+    # are gone and a pass begun after that has counted what is left.
+    namespaces_settled(k8s)
+    full_passes_finished(k8s, operator, 1, 60)
     base = get_mesh(k8s)["status"]["enrollment"]
     for name, lab in labels.items():
         core.create_namespace({"metadata": {"name": name, "labels": lab}})

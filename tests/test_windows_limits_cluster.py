@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from ambient_devcluster import LocalCluster, install_istiod_objects
 from ambient_devcluster.harness import condition, get_mesh, set_mesh_spec
-from conftest import BIN_DIR, unique_name, wait_for
+from conftest import BIN_DIR, namespaces_settled, unique_name, wait_for
 from operator_harness import RunningOperator, apply_sample_mesh, full_passes_finished
 
 NODE = "win2022-1"
@@ -103,6 +103,9 @@ def test_a_windows_node_past_the_pod_limit_is_warned_of(
     k8s: client.ApiClient, operator: RunningOperator
 ) -> None:
     core = client.CoreV1Api(k8s)
+    # The counts below are cluster-wide: pods of an earlier module's namespace,
+    # still being deleted, would leave them mid-test.
+    namespaces_settled(k8s)
     before = _enrolled_on_node(k8s)
     limit = before + 2
     spec = dict(get_mesh(k8s)["spec"])
