@@ -23,7 +23,7 @@ program() { # program MODULE_DIR PACKAGE
   printf '%s' "$pkg"
 }
 
-build() { # build MODULE_DIR [--ldflags FLAGS] [--tags TAGS] [--cgo] [--into DIR] PACKAGE...
+build() { # build MODULE_DIR [--ldflags FLAGS] [--tags TAGS] [--cgo|--static] [--into DIR] PACKAGE...
   local dir=$1; shift
   local extra="" tags="" cgo="" into=.cache/bin
   while [[ ${1:-} == --* ]]; do
@@ -31,15 +31,21 @@ build() { # build MODULE_DIR [--ldflags FLAGS] [--tags TAGS] [--cgo] [--into DIR
       --ldflags) extra=$2; shift 2 ;;
       --tags) tags=$2; shift 2 ;;
       --cgo) cgo=1; shift ;;
+      --static) cgo=0; shift ;;
       --into) into=$2; shift 2 ;;
       *) echo "build: unknown option $1" >&2; exit 1 ;;
     esac
   done
-  # Build tags and cgo change the program, so they are part of the hash when
-  # given; a build without them keeps the hash it always had.
+  # Build tags and cgo (on, or off: --static) change the program, so they are
+  # part of the hash when given; a build without them keeps the hash it always had.
   local hash
-  hash=$({ cat "hack/cluster/$dir/go.mod" "hack/cluster/$dir/go.sum"; [ -z "$extra" ] || printf '%s' "$extra"
-    [ -z "$tags" ] || printf 'tags=%s' "$tags"; [ -z "$cgo" ] || printf 'cgo'; } \
+  # A module's own Go source (coredns's main) is part of it too; tools.go only
+  # pins, and leaving it out keeps the hashes of the modules that have nothing else.
+  hash=$({ cat "hack/cluster/$dir/go.mod" "hack/cluster/$dir/go.sum"
+    find "hack/cluster/$dir" -name '*.go' ! -name tools.go -print0 | LC_ALL=C sort -z | xargs -0r cat
+    [ -z "$extra" ] || printf '%s' "$extra"
+    [ -z "$tags" ] || printf 'tags=%s' "$tags"; [ "$cgo" != 1 ] || printf 'cgo'
+    [ "$cgo" != 0 ] || printf 'static'; } \
     | sha256sum | cut -c1-16)
   local out="$store/$dir-$hash"
   local complete=yes pkg
@@ -49,7 +55,7 @@ build() { # build MODULE_DIR [--ldflags FLAGS] [--tags TAGS] [--cgo] [--into DIR
     echo "building $dir ($*) into $out" >&2
     local began=$SECONDS
     rm -rf "$out.tmp" && mkdir -p "$out.tmp"
-    (cd "hack/cluster/$dir" && env ${cgo:+CGO_ENABLED=1} go build -trimpath ${tags:+-tags "$tags"} \
+    (cd "hack/cluster/$dir" && env ${cgo:+CGO_ENABLED=$cgo} go build -trimpath ${tags:+-tags "$tags"} \
       -ldflags="-s -w${extra:+ $extra}" -o "$out.tmp/" "$@")
     # etcd's server module builds its main package under the name "server".
     if [ "$dir" = etcd ]; then mv "$out.tmp/server" "$out.tmp/etcd"; fi
@@ -122,10 +128,13 @@ for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
 done
 build helm --ldflags "$helm_flags" helm.sh/helm/v3/cmd/helm
 # istiod, run out of cluster against the local API server by the tests and the demo.
-build istio istio.io/istio/pilot/cmd/pilot-discovery
+# Static, as Istio's release builds are (CGO_ENABLED=0): then the Go build cache
+# holds its packages as the install-cni image's build (hack/images) compiles
+# them, and a cold run compiles the istio.io/istio tree once rather than twice.
+build istio --static istio.io/istio/pilot/cmd/pilot-discovery
 # istioctl from the same istio.io/istio (hack/cluster/istioctl pins it, a module
 # of its own so that ../istio's entry stays): the tests run `istioctl analyze`.
-build istioctl istio.io/istio/istioctl/cmd/istioctl
+build istioctl --static istio.io/istio/istioctl/cmd/istioctl
 # krew, kubectl's plugin manager, and its manifest validator: the tests install
 # the plugin from the archive hack/gen_krew.py builds, with its manifest.
 build krew sigs.k8s.io/krew/cmd/krew sigs.k8s.io/krew/cmd/validate-krew-manifest
@@ -139,9 +148,10 @@ build registry github.com/distribution/distribution/v3/cmd/registry github.com/g
 # name), the kubelet and kube-proxy at the control plane's Kubernetes version
 # (a module of their own: the kubelet needs go.sum entries that
 # ../kubernetes lacks, and adding them there would rebuild the control plane),
-# CoreDNS, and crictl (the node's stop removes its pods through the CRI, as the
-# kubelet would, so that the CNI plugins undo what they did). SKIP_NODE=1
-# leaves them out.
+# CoreDNS with just the plugins the node's Corefile names (cmd/coredns), and
+# crictl (the node's stop removes its pods through the CRI, as the kubelet
+# would, so that the CNI plugins undo what they did). SKIP_NODE=1 leaves them
+# out.
 if [ -z "${SKIP_NODE:-}" ]; then
   apt_need libseccomp-dev nftables iptables
   # Stamped with their versions as release builds are, since the Node's
@@ -164,7 +174,7 @@ if [ -z "${SKIP_NODE:-}" ]; then
     kube_flags+=" -X $pkg.gitMinor=$kube_minor -X $pkg.gitTreeState=clean"
   done
   build node --ldflags "${kube_flags# }" k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
-  build coredns github.com/coredns/coredns
+  build coredns ambient-operator/hack/cluster/coredns/cmd/coredns
   build cri-tools sigs.k8s.io/cri-tools/cmd/crictl
 fi
 istio_charts
