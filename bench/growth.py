@@ -34,7 +34,9 @@ Then, one after the other while the others idle:
 
 For each: wall time and CPU-seconds from its spawn to converged, its API
 requests meanwhile by verb (the audit log; watches are logged when they
-end, so open ones are not counted), peak resident set (VmHWM).
+end, so open ones are not counted), peak resident set (VmHWM). For the
+operator also its second writes: writes to an object it created in the same
+convergence, status aside (issue 44: each object written once).
 
 Then all three run together through:
 
@@ -731,6 +733,7 @@ def measure_size(
         sides["operator"]["converge_cpu_s"] = cpu_seconds(op.proc.pid)
         op_events = audit.events(mark, audit.mark(), user=OPERATOR_USER)
         sides["operator"]["requests"] = by_verb(op_events)
+        sides["operator"]["rewrites"] = rewrites(op_events)
         progress(
             f"growth {size.name}: operator converged in {sides['operator']['converge_s']:.1f}s"
         )
@@ -962,8 +965,45 @@ def deployment_rows(race: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str,
             yield name.removesuffix(" deployment"), row
 
 
+WRITE_VERBS = ("create", "update", "patch", "delete")
+
+
+def rewrites(events: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Writes to an object the same events created, after its create (pure).
+
+    Issue 44's "each object written once": a create followed by a patch of
+    the same object in one convergence is a second write that folding it
+    into the create would have saved. Status subresources are left out (a
+    status follows the world and may move more than once); so is every object
+    the events did not create (a Lease renewed, the AmbientMesh's finalizer).
+    """
+    created: set[tuple[str, str, str]] = set()
+    out = []
+    for e in events:
+        ref = e.get("objectRef") or {}
+        code = int((e.get("responseStatus") or {}).get("code") or 0)
+        verb = str(e.get("verb"))
+        if verb not in WRITE_VERBS or ref.get("subresource") or not 200 <= code < 300:
+            continue
+        ident = (str(ref.get("resource")), str(ref.get("namespace", "")), str(ref.get("name", "")))
+        if verb == "create":
+            created.add(ident)
+        elif ident in created:
+            out.append(f"{verb} {ident[0]} {ident[1]}/{ident[2]}".replace(" /", " "))
+    return out
+
+
+def _at_most(name: str, ours: float | None, unit: str, limit: float) -> Target:
+    """Target `name`: `ours` at most `limit`, both in `unit`."""
+    return Target(
+        name,
+        f"{_fmt(ours, unit)} (target ≤ {_fmt(limit, unit)})",
+        None if ours is None else ours <= limit,
+    )
+
+
 def targets(results: Mapping[str, Any]) -> list[Target]:
-    """The targets of issue 33 against the run (pure)."""
+    """The targets of issues 33 and 44 against the run (pure)."""
     by = {m.key: m for m in METRICS}
     sizes = list(results.get("sizes") or {})
 
@@ -1029,6 +1069,45 @@ def targets(results: Mapping[str, Any]) -> list[Target]:
                 2.0,
             )
         )
+        out.append(
+            _within(
+                f"{largest}: operator convergence ≤ istiod's",
+                of(largest, "operator", "converge"),
+                of(largest, "istiod", "converge"),
+                "s",
+                1.0,
+            )
+        )
+        per_gateway = (
+            (results["sizes"][largest].get("per_object") or {}).get("Gateway") or {}
+        ).get("bytes")
+        out.append(
+            _at_most(f"{largest}: operator memory per waypoint ≤ 40 KB", per_gateway, "B", 40_000)
+        )
+    # Issue 44: reactions under churn at every size, and each object written once.
+    for size in sizes:
+        for key, what in (("node", "node → seen"), ("label", "label → seen")):
+            out.append(
+                _at_most(
+                    f"{size}: {what} p50 ≤ 100 ms", of(size, "operator", f"{key}_p50"), "ms", 100
+                )
+            )
+            out.append(
+                _at_most(
+                    f"{size}: {what} p99 ≤ 500 ms", of(size, "operator", f"{key}_p99"), "ms", 500
+                )
+            )
+        again = ((results["sizes"][size].get("sides") or {}).get("operator") or {}).get("rewrites")
+        out.append(
+            Target(
+                f"{size}: each object written once while converging",
+                "—"
+                if again is None
+                else f"{len(again)} second writes"
+                + (f" (e.g. {', '.join(again[:3])})" if again else ""),
+                None if again is None else not again,
+            )
+        )
     return out
 
 
@@ -1072,7 +1151,7 @@ def section(results: Mapping[str, Any], chart_dir: str = CHART_DIR) -> str:
     names = list(sizes)
     lines = [
         BEGIN,
-        "## Growth with the cluster (issue 33)",
+        "## Growth with the cluster (issues 33 and 44)",
         "",
         f"Measured {results.get('started', '?')} to {results.get('finished', '?')}"
         + (f" at commit {results['commit']}" if results.get("commit") else "")

@@ -61,6 +61,10 @@ RESULTS: dict[str, Any] = {
         "L": _size("L", 5000, _side(250, 2.5, 0.5, 17.0)),
     },
 }
+RESULTS["sizes"]["S"]["sides"]["operator"]["rewrites"] = []
+RESULTS["sizes"]["L"]["sides"]["operator"]["rewrites"] = ["patch deployments ns-1/waypoint"]
+RESULTS["sizes"]["L"]["churn"]["reactions"]["namespace"] = {"operator": [0.05, 0.9]}
+RESULTS["sizes"]["L"]["per_object"] = {"Gateway": {"added": 100, "bytes": 52_000.0}}
 
 
 def test_targets_are_judged_from_the_run() -> None:
@@ -79,7 +83,48 @@ def test_targets_are_judged_from_the_run() -> None:
             "17.0 s vs 8.00 s (2.12x)",
             False,
         ),
+        # Issue 44's.
+        "L: operator convergence ≤ istiod's": ("17.0 s vs 20.0 s (0.85x)", True),
+        "L: operator memory per waypoint ≤ 40 KB": ("52,000 B (target ≤ 40,000 B)", False),
+        "S: node → seen p50 ≤ 100 ms": ("100 ms (target ≤ 100 ms)", True),
+        "S: node → seen p99 ≤ 500 ms": ("300 ms (target ≤ 500 ms)", True),
+        "S: label → seen p50 ≤ 100 ms": ("— (target ≤ 100 ms)", None),
+        "S: label → seen p99 ≤ 500 ms": ("— (target ≤ 500 ms)", None),
+        "S: each object written once while converging": ("0 second writes", True),
+        "L: node → seen p50 ≤ 100 ms": ("100 ms (target ≤ 100 ms)", True),
+        "L: node → seen p99 ≤ 500 ms": ("300 ms (target ≤ 500 ms)", True),
+        "L: label → seen p50 ≤ 100 ms": ("50.0 ms (target ≤ 100 ms)", True),
+        "L: label → seen p99 ≤ 500 ms": ("900 ms (target ≤ 500 ms)", False),
+        "L: each object written once while converging": (
+            "1 second writes (e.g. patch deployments ns-1/waypoint)",
+            False,
+        ),
     }
+
+
+def _audit(
+    verb: str, resource: str, name: str, ns: str = "", sub: str = "", code: int = 201
+) -> Any:
+    ref = {"resource": resource, "name": name, "namespace": ns, "subresource": sub}
+    return {"verb": verb, "objectRef": ref, "responseStatus": {"code": code}}
+
+
+def test_second_writes_are_those_after_a_create_of_the_same_object() -> None:
+    events = [
+        _audit("create", "deployments", "waypoint", "a"),
+        _audit("create", "deployments", "waypoint", "b"),
+        _audit("patch", "deployments", "waypoint", "a", code=200),  # a second write
+        _audit("patch", "deployments", "waypoint", "a", sub="status", code=200),  # status
+        _audit("patch", "ambientmeshes", "default", code=200),  # not created here
+        _audit("create", "services", "waypoint", "c", code=409),  # refused: never created
+        _audit("patch", "services", "waypoint", "c", code=200),
+        _audit("get", "deployments", "waypoint", "b", code=200),  # a read
+        _audit("delete", "deployments", "waypoint", "b", code=200),  # a second write
+    ]
+    assert growth.rewrites(events) == [
+        "patch deployments a/waypoint",
+        "delete deployments b/waypoint",
+    ]
 
 
 def test_the_section_replaces_only_its_own_block() -> None:
