@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from ambient_devcluster import IstioControlPlane, LocalCluster, apply_objects
 from ambient_devcluster.realnode import CNI_CONFLIST, RealNode
@@ -481,3 +482,115 @@ def test_leaving_releases_the_pods_and_new_connections_are_plain(
     )
     _client(core, enrolled, "after")
     assert _opened(ztunnel_ip, enrolled) == before
+
+
+# ------------------------------------------------------------------ 4. agents change
+
+# A client that holds one connection open and asks over it every half second
+# (HTTP keep-alive), printing "ok <n>" per answer and "broken ..." when the
+# connection ends. The operator image serves as its Python.
+HOLDER = """
+import socket, sys, time
+host = sys.argv[1]
+s = socket.create_connection((host, 80), timeout=5)
+f = s.makefile("rb")
+n = 0
+while True:
+    try:
+        s.sendall(f"GET / HTTP/1.1\\r\\nHost: {host}\\r\\n\\r\\n".encode())
+        status = f.readline()
+        length = 0
+        while (line := f.readline()) not in (b"\\r\\n", b""):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        if not status.startswith(b"HTTP/1.1 200") or not f.read(length):
+            raise OSError(f"answer {status!r}")
+        n += 1
+        print(f"ok {n}", flush=True)
+    except OSError as exc:
+        print(f"broken after {n}: {exc}", flush=True)
+        sys.exit(1)
+    time.sleep(0.5)
+"""
+
+
+def _oks(core: client.CoreV1Api, namespace: str) -> int:
+    return sum(1 for x in core.read_namespaced_pod_log("holder", namespace).split() if x == "ok")
+
+
+def _rust_log(pod: client.V1Pod) -> str:
+    env = {e.name: e.value for e in pod.spec.containers[0].env or []}
+    return str(env["RUST_LOG"])
+
+
+def test_a_log_level_change_rolls_ztunnel_and_a_held_connection_lasts_its_drain(
+    mesh: Mesh, agents: tuple[client.V1Pod, client.V1Pod]
+) -> None:
+    """Last in the module: it replaces the ztunnel the tests above read."""
+    core = mesh.core
+    old = agents[1]
+    assert _rust_log(old) == "info"
+    ns = _namespace(core, enrolled=True)
+    _server(core, ns)
+    core.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": "holder"},
+            "spec": {
+                "nodeName": NODE,
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {
+                        "name": "holder",
+                        "image": IMAGES["ambient-operator"],
+                        "imagePullPolicy": "Never",
+                        "command": ["python3", "-c", HOLDER, f"server.{ns}.svc.cluster.local"],
+                    }
+                ],
+            },
+        },
+    )
+    wait_for(lambda: _oks(core, ns) >= 3, 60, "the holder answered over its connection")
+    # Its one connection goes through the old ztunnel, with mutual TLS.
+    assert _mtls_opened(old.status.pod_ip, ns, "source") == 1
+
+    client.CustomObjectsApi(mesh.api).patch_cluster_custom_object(
+        "ambientoperator.io", "v1alpha1", "ambientmeshes", "default",
+        {"spec": {"ztunnel": {"logLevel": "debug"}}},
+    )  # fmt: skip
+
+    def rolled() -> client.V1Pod | None:
+        pod = _ready_agent(core, "ztunnel")
+        return pod if pod is not None and pod.metadata.name != old.metadata.name else None
+
+    # maxSurge 1: the new ztunnel is Ready beside the old one, which then drains.
+    new = wait_for(rolled, 180, "a new ztunnel Ready on the node")
+    assert _rust_log(new) == "debug"
+    answered_at_roll = _oks(core, ns)
+
+    def old_gone() -> bool:
+        try:
+            core.read_namespaced_pod(old.metadata.name, ISTIO_NS)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(old_gone, 120, "the old ztunnel gone")
+    # The held connection was the old ztunnel's: it kept answering while that
+    # one drained, and ended when it exited (Linux ztunnel hands its listeners
+    # over to the new one, not its connections).
+    log = wait_for(
+        lambda: (
+            core.read_namespaced_pod("holder", ns).status.phase in ("Failed", "Succeeded")
+            and core.read_namespaced_pod_log("holder", ns)
+        ),
+        60,
+        "the held connection ended",
+    )
+    assert log.strip().splitlines()[-1].startswith("broken after "), log
+    assert _oks(core, ns) > answered_at_roll
+    # New connections go through the new ztunnel, with mutual TLS.
+    _client(core, ns, "after")
+    assert _mtls_opened(new.status.pod_ip, ns, "source") == 3
+    assert _mtls_opened(new.status.pod_ip, ns, "destination") == 3
