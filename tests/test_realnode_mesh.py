@@ -594,3 +594,79 @@ def test_a_log_level_change_rolls_ztunnel_and_a_held_connection_lasts_its_drain(
     _client(core, ns, "after")
     assert _mtls_opened(new.status.pod_ip, ns, "source") == 3
     assert _mtls_opened(new.status.pod_ip, ns, "destination") == 3
+
+
+READINESS_TAINT = {"key": "cni.istio.io/not-ready", "effect": "NoSchedule"}
+
+
+def _tainted(core: client.CoreV1Api) -> bool:
+    taints = core.read_node(NODE).spec.taints or []
+    return any(t.key == READINESS_TAINT["key"] and t.effect == "NoSchedule" for t in taints)
+
+
+def _readiness_status(mesh: Mesh) -> dict[str, Any]:
+    obj = client.CustomObjectsApi(mesh.api).get_cluster_custom_object(
+        "ambientoperator.io", "v1alpha1", "ambientmeshes", "default"
+    )
+    status: dict[str, Any] = (obj.get("status") or {}).get("nodeReadiness") or {}
+    return status
+
+
+def test_the_readiness_taint_leaves_the_node_only_once_both_agents_are_ready(
+    mesh: Mesh, agents: tuple[client.V1Pod, client.V1Pod]
+) -> None:
+    core = mesh.core
+    custom = client.CustomObjectsApi(mesh.api)
+    # istio-cni cannot start: its image is one the node does not have.
+    absent = f"{REGISTRY}/install-cni:1.31.0-absent"
+    custom.patch_cluster_custom_object(
+        "ambientoperator.io", "v1alpha1", "ambientmeshes", "default",
+        {"spec": {"images": {"istioCni": {"linux": absent}}}},
+    )  # fmt: skip
+    wait_for(
+        lambda: (
+            (p := _agent_pod(core, "istio-cni")) is not None
+            and p.spec.containers[0].image == absent
+        ),
+        120,
+        "istio-cni on the node with the absent image",
+    )
+    assert _ready_agent(core, "istio-cni") is None
+    assert _ready_agent(core, "ztunnel") is not None
+    # The node's provisioning would add the taint; the chart grants the Node
+    # patch only with nodeReadiness.enabled, and the spec turns it on.
+    core.patch_node(NODE, {"spec": {"taints": [READINESS_TAINT]}})
+    kube = ["--kubeconfig", str(mesh.cluster.kubeconfig), "--namespace", OPERATOR_NS]
+    done = helm(
+        "upgrade", RELEASE, str(CHART), *kube, "--reuse-values",
+        *set_args({"nodeReadiness.enabled": True}), "--wait", "--timeout", "3m",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    custom.patch_cluster_custom_object(
+        "ambientoperator.io", "v1alpha1", "ambientmeshes", "default",
+        {"spec": {"nodeReadiness": {"enabled": True}}},
+    )  # fmt: skip
+    # The operator judged the node (its status names it waiting): the taint stays.
+    waiting = wait_for(
+        lambda: (s := _readiness_status(mesh)).get("waiting") and s,
+        120,
+        "the node counted as waiting",
+    )
+    assert (waiting["taint"], waiting["waiting"], waiting.get("exampleWaitingNodes")) == (
+        "cni.istio.io/not-ready:NoSchedule",
+        1,
+        [NODE],
+    )
+    assert _tainted(core)
+    # istio-cni's own image back: once it is Ready beside ztunnel, the taint goes.
+    custom.patch_cluster_custom_object(
+        "ambientoperator.io", "v1alpha1", "ambientmeshes", "default",
+        {"spec": {"images": {"istioCni": {"linux": None}}}},
+    )  # fmt: skip
+    wait_for(lambda: not _tainted(core), 180, "the taint removed")
+    assert _ready_agent(core, "istio-cni") is not None
+    assert _ready_agent(core, "ztunnel") is not None
+    done_waiting = wait_for(
+        lambda: (s := _readiness_status(mesh)).get("waiting") == 0 and s, 60, "none waiting"
+    )
+    assert done_waiting.get("exampleWaitingNodes", []) == []
