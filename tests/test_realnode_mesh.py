@@ -670,3 +670,20 @@ def test_the_readiness_taint_leaves_the_node_only_once_both_agents_are_ready(
         lambda: (s := _readiness_status(mesh)).get("waiting") == 0 and s, 60, "none waiting"
     )
     assert done_waiting.get("exampleWaitingNodes", []) == []
+
+
+# ------------------------------------------------------------------ 5. removal
+
+
+def test_deleting_the_ambientmesh_takes_istio_cni_out_of_the_nodes_cni_config(
+    mesh: Mesh, agents: tuple[client.V1Pod, client.V1Pod]
+) -> None:
+    """Last: the agents go (deletionPolicy Delete), and istio-cni, seeing its
+    DaemonSet gone rather than changed, undoes its install as on an uninstall."""
+    conflist = mesh.node.cni_conf_dir / CNI_CONFLIST
+    assert "istio-cni" in [p["type"] for p in json.loads(conflist.read_text())["plugins"]]
+    _remove_agents(mesh.core, mesh.node)
+    assert (
+        mesh.core.list_namespaced_pod(ISTIO_NS, field_selector=f"spec.nodeName={NODE}").items == []
+    )
+    assert [p["type"] for p in json.loads(conflist.read_text())["plugins"]] == ["bridge", "portmap"]
