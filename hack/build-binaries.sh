@@ -153,7 +153,8 @@ build registry github.com/distribution/distribution/v3/cmd/registry github.com/g
 # would, so that the CNI plugins undo what they did). SKIP_NODE=1 leaves them
 # out.
 if [ -z "${SKIP_NODE:-}" ]; then
-  apt_need libseccomp-dev nftables iptables
+  # ipset: the node's stop removes the sets istio-cni leaves on the host.
+  apt_need libseccomp-dev nftables iptables ipset
   # Stamped with their versions as release builds are, since the Node's
   # status reports them (kubeletVersion, containerRuntimeVersion): a plain
   # build says v0.0.0-master and 2.4.2+unknown.

@@ -216,6 +216,8 @@ LINUX_PATHS = {
     ),
     "minikube": ("/opt/cni/bin", "/etc/cni/net.d", "/var/run/docker/netns"),
 }
+# Where istio-cni's container sees the netns folder, where not /host/var/run/netns.
+NETNS_MOUNTS = {"minikube": "/host/var/run/docker/netns"}
 WINDOWS_DIRS = {
     # platform: (MOUNTED_CNI_NET_DIR, MOUNTED_CNI_BIN_DIR) on Windows nodes
     "aks": (r"C:\k\azurecni\netconf", r"C:\k\azurecni\bin"),
@@ -237,14 +239,31 @@ def test_linux_istio_cni_mounts_the_platforms_directories(platform: str) -> None
         conf_dir,
         netns_dir,
     )
-    # Wherever they are on the host, install-cni finds them where it looks.
+    # Wherever the CNI folders are on the host, install-cni finds them where it
+    # looks; the agent opens a pod's netns at /host followed by the runtime's path.
     pod = _obj(result, "DaemonSet", "istio-cni-node")["spec"]["template"]["spec"]
     mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
     assert (mounts["cni-bin-dir"], mounts["cni-net-dir"], mounts["cni-netns-dir"]) == (
         "/host/opt/cni/bin",
         "/host/etc/cni/net.d",
-        "/host/var/run/netns",
+        NETNS_MOUNTS.get(platform, "/host/var/run/netns"),
     )
+
+
+def test_a_runtime_netns_folder_of_the_spec_is_mounted_where_istio_cni_opens_it() -> None:
+    # containerd keeping namespaces under its state folder (the dev cluster's real
+    # node): the CNI plugin hands the agent that host path, which it opens under
+    # /host ("Make sure that the netns host path ... is mounted in under /host").
+    netns = "/var/lib/node/containerd/state/io.containerd.grpc.v1.cri/netns"
+    result = _render("linux-only.yaml", {"platforms": {"linux": {"cniNetnsDir": netns}}})
+    assert _host_paths(result, "istio-cni-node")["cni-netns-dir"] == netns
+    pod = _obj(result, "DaemonSet", "istio-cni-node")["spec"]["template"]["spec"]
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["cni-netns-dir"] == {
+        "name": "cni-netns-dir",
+        "mountPath": "/host/var/lib/node/containerd/state/io.containerd.grpc.v1.cri/netns",
+        "mountPropagation": "HostToContainer",
+    }
 
 
 @pytest.mark.parametrize(

@@ -18,8 +18,11 @@ crash) can find it again:
 - the nftables tables of kube-proxy and of the portmap plugin
   (``NFT_TABLES``); the bridge plugin masquerades nothing, and the kubelet
   makes no iptables chains (``makeIPTablesUtilChains: false``);
-- mounts (overlay root file systems, ``/dev/shm`` of sandboxes, network
-  namespaces, the kubelet's volumes), all under the node's own folder;
+- mounts (the node's folder itself, bound shared; overlay root file systems,
+  ``/dev/shm`` of sandboxes, network namespaces, the kubelet's volumes), all
+  under the node's own folder;
+- the host folders the agents' pods make (``AGENT_HOST_PATHS``: istio-cni's and
+  ztunnel's sockets), when they did not exist before;
 - the sysctls the kubelet and the bridge plugin set (``SAVED_SYSCTLS``),
   put back as they were.
 
@@ -46,7 +49,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -98,7 +101,15 @@ CONTAINER_LOG_LINKS = Path("/var/log/containers")
 # the shims' sockets (containerd picks /run/containerd/s for root whatever its
 # state dir), the kubelet's device plugin socket, its container log links.
 # Those that did not exist at the start are removed at the stop.
-FIXED_PATHS = (Path("/run/containerd"), Path("/var/lib/kubelet"), CONTAINER_LOG_LINKS)
+# The Linux agents' hostPath folders (istio-cni's plugin event socket, the ZDS
+# socket between istio-cni and ztunnel), fixed by Istio's programs.
+AGENT_HOST_PATHS = (Path("/var/run/istio-cni"), Path("/var/run/ztunnel"))
+FIXED_PATHS = (
+    Path("/run/containerd"),
+    Path("/var/lib/kubelet"),
+    CONTAINER_LOG_LINKS,
+    *AGENT_HOST_PATHS,
+)
 CLUSTER_DOMAIN = "cluster.local"
 # The repository the pipeline's pause image is imported under; its tag is the
 # layout's own (org.opencontainers.image.ref.name), and that is the sandbox image.
@@ -115,8 +126,17 @@ NODE_BINARIES = (
     "coredns",
 )
 CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
+# The node's one network configuration (containerd reads the first file, by name).
+CNI_CONFLIST = "10-ambient-node.conflist"
 # The programs the kubelet, kube-proxy and the plugins run by name.
-HOST_PROGRAMS = ("nft", "iptables", "ip", "mount", "umount")
+HOST_PROGRAMS = ("nft", "iptables", "ip", "mount", "umount", "unshare", "ipset")
+# What istio-cni puts on the host for the kubelet's probes of enrolled pods
+# (istio.io/istio cni/pkg/iptables, nodeagent): a nat chain that SNATs them,
+# jumped to from POSTROUTING, and the address sets it matches. Its pod removes
+# them when its DaemonSet is deleted; killed with the node, it leaves them.
+AGENT_NAT_CHAIN = "ISTIO_POSTRT"
+AGENT_IPSETS = ("istio-inpod-probes-v4", "istio-inpod-probes-v6")
+IPTABLES_PROGRAMS = ("iptables-legacy", "ip6tables-legacy", "iptables-nft", "ip6tables-nft")
 COREDNS_USER = "system:ambient-devcluster:coredns"
 ENDPOINT_SLICE_MANAGER = "ambient-devcluster"
 # Where pods reach the API server (the `kubernetes` Service's endpoint): the
@@ -339,6 +359,23 @@ class RealNode:
     # ------------------------------------------------------------------ info
 
     @property
+    def cni_conf_dir(self) -> Path:
+        """The CNI configuration folder containerd reads (istio-cni chains its plugin there)."""
+        return self.dir / "cni" / "net.d"
+
+    @property
+    def cni_plugin_dir(self) -> Path:
+        """The CNI plugin folder containerd runs plugins from: the node's own copy of
+        ``cni_bin_dir``, so that an agent installing its plugin (istio-cni) writes
+        into the node's folder, not into the shared build cache."""
+        return self.dir / "cni" / "bin"
+
+    @property
+    def netns_dir(self) -> Path:
+        """Where containerd keeps the pods' network namespaces (under its state folder)."""
+        return self.dir / "containerd" / "state" / "io.containerd.grpc.v1.cri" / "netns"
+
+    @property
     def runtime_endpoint(self) -> str:
         """The CRI endpoint of the node's containerd."""
         return f"unix://{self.containerd_socket}"
@@ -372,12 +409,79 @@ class RealNode:
             timeout=timeout,
         )  # fmt: skip
 
+    def container_pids(self, container_id: str) -> list[int]:
+        """The machine's pids of a container's processes (found by its cgroup,
+        named after its id): the CRI reports pids of containerd's own pid namespace."""
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                if f"/{CGROUP_PARENT}/" in (text := (entry / "cgroup").read_text()) and (
+                    f"/{container_id}\n" in text
+                ):
+                    found.append(int(entry.name))
+        return sorted(found)
+
     def expose(self, loopback_port: int, node_port: int = 0) -> tuple[str, int]:
         """Make a host program that listens on loopback reachable from pods, at
         the node's address; that (address, port). Closed by :meth:`stop`."""
         forwarder = TcpForwarder((NODE_IP, node_port), (LOOPBACK, loopback_port))
         self._forwarders.append(forwarder)
         return forwarder.address
+
+    def serve_service_from_host(
+        self, namespace: str, service: str, loopback_ports: Mapping[str, int]
+    ) -> dict[str, int]:
+        """Make a Service's named ports lead to host programs listening on loopback
+        (istiod runs on the host, not in its Deployment's pod); the port at the
+        node's address each is served on (a free one: the targetPort may be taken
+        there, as 15014 by istio-cni's metrics on the host network).
+
+        The Service loses its selector, so the EndpointSlice controller stops
+        pointing it at the Deployment's pods (its slices are deleted), and gets a
+        slice of our own at the node's address, as the ``kubernetes`` and
+        ``kube-dns`` Services do. Pods then dial the Service's own name, the one
+        its program's certificate names.
+        """
+        with self.cluster.api_client() as api:
+            core = k8s_client.CoreV1Api(api)
+            svc = core.read_namespaced_service(service, namespace)
+            names = {p.name for p in (svc.spec.ports if svc.spec else None) or []}
+            unknown = sorted(set(loopback_ports) - names)
+            if unknown:
+                raise RealNodeError(f"Service {namespace}/{service} has no ports {unknown}")
+            served: dict[str, int] = {}
+            for name, loopback in loopback_ports.items():
+                served[name] = self.expose(loopback)[1]
+            core.patch_namespaced_service(service, namespace, {"spec": {"selector": None}})
+            discovery = k8s_client.DiscoveryV1Api(api)
+            discovery.delete_collection_namespaced_endpoint_slice(
+                namespace,
+                label_selector=f"kubernetes.io/service-name={service},"
+                "endpointslice.kubernetes.io/managed-by=endpointslice-controller.k8s.io",
+            )
+            with contextlib.suppress(ApiException):
+                core.delete_namespaced_endpoints(service, namespace)
+            slice_body = {
+                "apiVersion": "discovery.k8s.io/v1",
+                "kind": "EndpointSlice",
+                "metadata": {
+                    "name": f"{service}-real-node",
+                    "namespace": namespace,
+                    "labels": {
+                        "kubernetes.io/service-name": service,
+                        "endpointslice.kubernetes.io/managed-by": ENDPOINT_SLICE_MANAGER,
+                    },
+                },
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [NODE_IP], "conditions": {"ready": True}}],
+                "ports": [
+                    {"name": name, "port": port, "protocol": "TCP"} for name, port in served.items()
+                ],
+            }
+            apply_objects(api, [slice_body])
+        return served
 
     def describe(self) -> dict[str, Any]:
         """JSON-friendly summary (for the CLI's state file)."""
@@ -538,8 +642,16 @@ class RealNode:
     def _prepare(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
         RUN_DIR.mkdir(parents=True, exist_ok=True)
-        for sub in ("containerd", "cni/net.d", "cni/state", "pod-logs", "pki"):
+        for sub in ("containerd", "cni/net.d", "cni/bin", "cni/state", "pod-logs", "pki"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        for plugin in CNI_PLUGINS:
+            shutil.copy2(self.cni_bin_dir / plugin, self.cni_plugin_dir / plugin)
+        # containerd runs in a mount namespace of its own (see _define_components):
+        # what the kubelet mounts later (the pods' volumes under RUN_DIR) reaches it
+        # only through shared mounts, as a host's root is shared under systemd.
+        for folder in (self.dir, RUN_DIR):
+            _run(["mount", "--bind", str(folder), str(folder)])
+            _run(["mount", "--make-rshared", str(folder)])
         (RUN_DIR / "kubelet").mkdir(parents=True, exist_ok=True)
         _make_cgroup_parent()
         self._make_bridge()
@@ -649,7 +761,7 @@ class RealNode:
         self.sandbox_image = f"{SANDBOX_REPOSITORY}:{layout_tag(self.pause_layout)}"
         ca = self.cluster.ca_file
         (d / "containerd" / "config.toml").write_text(_containerd_config(self))
-        (d / "cni" / "net.d" / "10-ambient-node.conflist").write_text(
+        (self.cni_conf_dir / CNI_CONFLIST).write_text(
             json.dumps(_cni_config(d / "cni" / "state"), indent=2)
         )
         (d / "resolv.conf").write_text(f"nameserver {self.dns_ip}\n")
@@ -747,7 +859,22 @@ class RealNode:
     def _define_components(self) -> None:
         d = self.dir
         argv = {
+            # containerd is the first process of a pid namespace of its own, with
+            # that namespace's /proc: a pod's hostPath /proc (istio-cni's) then has
+            # a process 1 whose namespaces can be read. This machine's own process 1
+            # refuses that even to root ("readlink /proc/1/ns/net: permission
+            # denied"), and istio-cni stats /host/proc/1/ns/net to know the host's
+            # network namespace, and will not start without it. The mount
+            # namespace is the new /proc's; it is a slave of the machine's, so the
+            # pods' volume mounts reach containerd, and the containers' mounts stay
+            # in it and vanish with it. --kill-child: containerd dies with unshare.
+            # Inside, the node's folder is shared again (and still the machine's
+            # slave): the network namespaces containerd mounts there reach the
+            # containers that mount the folder with HostToContainer (istio-cni).
             "containerd": [
+                "unshare", "--pid", "--fork", "--kill-child", "--mount-proc",
+                "--propagation", "slave",
+                "sh", "-c", 'mount --make-rshared "$0" && exec "$@"', str(d),
                 str(self.binary("containerd")), "--config", str(d / "containerd" / "config.toml"),
             ],
             "kubelet": [
@@ -779,12 +906,17 @@ class RealNode:
 
     def _start_containerd(self, deadline: float) -> None:
         self._start("containerd")
+        proc = self._procs["containerd"]
         _wait(
             lambda: self.containerd_socket.exists() and bool(self.ctr("version", timeout=10)),
             deadline,
             "containerd answering on its socket",
-            self._procs["containerd"],
+            proc,
         )
+        # unshare forked containerd before it was moved: containerd follows it.
+        if proc.pid is not None:
+            for child in _children(proc.pid):
+                enter_node_cgroup(child, "containerd")
 
     def _import_pause(self) -> None:
         self.import_layout(self.pause_layout, SANDBOX_REPOSITORY)
@@ -847,7 +979,6 @@ class RealNode:
 
 def _containerd_config(node: RealNode) -> str:
     d = node.dir / "containerd"
-    cni = node.dir / "cni"
     return f"""version = 3
 root = "{d / "root"}"
 state = "{d / "state"}"
@@ -901,8 +1032,8 @@ disabled_plugins = [
         Root = "{d / "runc"}"
         SystemdCgroup = false
   [plugins."io.containerd.cri.v1.runtime".cni]
-    bin_dirs = ["{node.cni_bin_dir}"]
-    conf_dir = "{cni / "net.d"}"
+    bin_dirs = ["{node.cni_plugin_dir}"]
+    conf_dir = "{node.cni_conf_dir}"
     max_conf_num = 1
 
 [plugins."io.containerd.grpc.v1.cri"]
@@ -1018,6 +1149,15 @@ def enter_node_cgroup(pid: int, component: str) -> None:
         (path / "cgroup.procs").write_text(str(pid))
 
 
+def _children(pid: int) -> list[int]:
+    """The direct children of a process."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            found += [int(x) for x in (task / "children").read_text().split()]
+    return found
+
+
 def _read_state() -> dict[str, Any]:
     try:
         data: dict[str, Any] = json.loads(STATE_FILE.read_text())
@@ -1123,6 +1263,7 @@ def sweep(node_dir: Path, state: dict[str, Any]) -> list[str]:
     tables = nft_tables_present()
     if tables:
         left.append(f"nft tables {tables}")
+    left += sweep_agent_rules()
     for d in node_cgroup_dirs():
         try:
             d.rmdir()
@@ -1142,6 +1283,38 @@ def sweep(node_dir: Path, state: dict[str, Any]) -> list[str]:
     if not mounts_under(RUN_DIR):
         shutil.rmtree(RUN_DIR, ignore_errors=True)
     return left
+
+
+def _status(argv: Sequence[str]) -> int:
+    return subprocess.run(list(argv), capture_output=True, timeout=30, check=False).returncode
+
+
+def agent_rules_present() -> list[str]:
+    """istio-cni's host chains and address sets that exist now, as readable items."""
+    found = [
+        f"{tool} nat {AGENT_NAT_CHAIN}"
+        for tool in IPTABLES_PROGRAMS
+        if shutil.which(tool) and _status([tool, "-t", "nat", "-S", AGENT_NAT_CHAIN]) == 0
+    ]
+    if shutil.which("ipset"):
+        found += [f"ipset {name}" for name in AGENT_IPSETS if _status(["ipset", "list", name]) == 0]
+    return found
+
+
+def sweep_agent_rules() -> list[str]:
+    """Remove istio-cni's host chains (in both iptables back ends, where it may
+    have picked either) and then its address sets; what is left, as readable items."""
+    for tool in IPTABLES_PROGRAMS:
+        if not shutil.which(tool) or _status([tool, "-t", "nat", "-S", AGENT_NAT_CHAIN]):
+            continue
+        while _status([tool, "-t", "nat", "-D", "POSTROUTING", "-j", AGENT_NAT_CHAIN]) == 0:
+            pass
+        _status([tool, "-t", "nat", "-F", AGENT_NAT_CHAIN])
+        _status([tool, "-t", "nat", "-X", AGENT_NAT_CHAIN])
+    if shutil.which("ipset"):
+        for name in AGENT_IPSETS:
+            _status(["ipset", "destroy", name])
+    return agent_rules_present()
 
 
 @contextlib.contextmanager

@@ -22,8 +22,9 @@ AZURE_CNI_BIN_DIR = r"C:\k\azurecni\bin"
 class PlatformProfile:
     """The settings one platform needs; the defaults are upstream's charts without one."""
 
-    # Linux host paths istio-cni mounts (at /host/opt/cni/bin, /host/etc/cni/net.d
-    # and /host/var/run/netns, where install-cni looks).
+    # Linux host paths istio-cni mounts: the CNI folders at /host/opt/cni/bin and
+    # /host/etc/cni/net.d, where install-cni looks whatever the host's are; the
+    # netns folder at /host followed by its host path (netns_mount_path).
     cni_bin_dir: str = "/opt/cni/bin"
     cni_conf_dir: str = "/etc/cni/net.d"
     cni_netns_dir: str = "/var/run/netns"
@@ -43,6 +44,15 @@ class PlatformProfile:
     privileged_scc: bool = False
     windows_cni_conf_dir: str = AZURE_CNI_CONF_DIR
     windows_cni_bin_dir: str = AZURE_CNI_BIN_DIR
+
+    @property
+    def netns_mount_path(self) -> str:
+        """Where istio-cni's container sees the netns folder: /host followed by its
+        host path. The agent opens a new pod's namespace at /host plus the path
+        the runtime gave the CNI plugin (istio.io/istio cni/pkg/nodeagent
+        pod_cache.go, openNetnsInRoot); upstream's fixed /host/var/run/netns finds
+        only namespaces under /var/run/netns."""
+        return "/host" + self.cni_netns_dir
 
 
 # The pods a quota admits: upstream's charts' resourceQuotas.pods (5000), as
