@@ -9,7 +9,7 @@ CLUSTER_STATE ?= .cache/cluster
 # pause image of `make images`); REAL_NODE=0 leaves it out.
 REAL_NODE ?= 1
 
-.PHONY: all venv bins images test-tools lint typecheck test demo cluster-up cluster-down crd docs krew bench bench-growth clean
+.PHONY: all venv bins images test-tools lint typecheck test demo cluster-up cluster-down crd docs krew bench bench-datapath bench-growth clean
 
 all: test
 
@@ -101,6 +101,13 @@ demo: venv bins
 # a table, charts in bench/out/, and docs/performance.md.
 bench: venv bins
 	$(PY) bench/run_all.py
+	$(MAKE) bench-datapath
+
+# The data path on the real node (root; the images of `make images`): ztunnel's added
+# latency, a new pod's redirection, the agents idle; a section of docs/performance.md.
+bench-datapath: venv bins
+	$(PY) -m ambient_images --only ambient-operator,ztunnel,install-cni,sample-app,pause
+	$(PY) bench/datapath.py
 
 # How cost grows with the cluster (S, M, L beside istiod and a floor; about 25 minutes
 # on 2 cores): charts in bench/out/growth/ and docs/growth/, a section of docs/performance.md.

@@ -1404,18 +1404,20 @@ def sizing_lines(results: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def block_of(document: str) -> str | None:
-    """The growth section of `document`, markers included; None when it has none (pure)."""
-    if BEGIN not in document or END not in document:
+def block_of(document: str, begin: str = BEGIN, end: str = END) -> str | None:
+    """The section of `document` between the markers (growth's unless given), markers
+    included; None when it has none (pure)."""
+    if begin not in document or end not in document:
         return None
-    return BEGIN + document.split(BEGIN, 1)[1].split(END, 1)[0] + END
+    return begin + document.split(begin, 1)[1].split(end, 1)[0] + end
 
 
-def splice(document: str, block: str) -> str:
-    """`document` with its growth section replaced by `block`, or `block` appended (pure)."""
-    if BEGIN in document and END in document:
-        head, rest = document.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
+def splice(document: str, block: str, begin: str = BEGIN, end: str = END) -> str:
+    """`document` with its section between the markers (growth's unless given) replaced
+    by `block`, or `block` appended (pure)."""
+    if begin in document and end in document:
+        head, rest = document.split(begin, 1)
+        _, tail = rest.split(end, 1)
         return head + block + tail
     return document.rstrip() + "\n\n" + block + "\n"
 

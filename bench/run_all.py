@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import datapath
 import growth
 from ambient_operator.kube.client import LIST_PAGE_SIZE
 
@@ -1506,10 +1507,15 @@ def write_outputs(results: dict[str, Any], out: Path, doc: Path) -> list[Path]:
     written = [saved, *charts(results, out)]
     doc.parent.mkdir(parents=True, exist_ok=True)
     text = document(results, rows)
-    # The growth section is bench/growth.py's (make bench-growth), measured
-    # in a run of its own: kept as it was.
-    kept = growth.block_of(doc.read_text()) if doc.exists() else None
-    doc.write_text(growth.splice(text, kept) if kept else text)
+    # The growth section is bench/growth.py's (make bench-growth) and the
+    # data-path one bench/datapath.py's (the real node), each measured in a
+    # run of its own: kept as they were.
+    before = doc.read_text() if doc.exists() else ""
+    for begin, end in ((growth.BEGIN, growth.END), (datapath.BEGIN, datapath.END)):
+        kept = growth.block_of(before, begin, end)
+        if kept:
+            text = growth.splice(text, kept, begin, end)
+    doc.write_text(text)
     written.append(doc)
     return written
 

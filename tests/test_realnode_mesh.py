@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import subprocess
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +26,24 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from ambient_devcluster import IstioControlPlane, LocalCluster, apply_objects
+from ambient_devcluster import ClusterError, LocalCluster, realmesh
+from ambient_devcluster.realmesh import (
+    RealMesh,
+    agent_pod,
+    app_container,
+    ready,
+    real_mesh,
+    remove_agents,
+    ztunnel_count,
+)
 from ambient_devcluster.realnode import CNI_CONFLIST, RealNode
 from chart_helpers import CHART, helm, set_args
-from conftest import BIN_DIR, REPO_ROOT, ignoring, own_node_cluster, unique_name, wait_for
+from conftest import BIN_DIR, REPO_ROOT, own_node_cluster, unique_name, wait_for
 
 NODE = "ambient-real-linux"
 ISTIO_NS = "istio-system"
-# Where the node's containerd finds the pipeline's images (hack/images): the
-# chart's value registry and the AmbientMesh's hub name them so.
+# Where the node's containerd holds the pipeline's images (hack/images),
+# literally: the chart's value registry and the AmbientMesh's hub name them so.
 REGISTRY = "localhost/ambient-devcluster"
 IMAGES = {
     "ambient-operator": f"{REGISTRY}/ambient-operator:0.1.0",
@@ -53,51 +59,19 @@ OPERATOR_NS = "ambient-operator"
 OPERATOR_DEPLOYMENT = f"{RELEASE}-ambient-operator"
 REDIRECTION = "ambient.istio.io/redirection"
 DATAPLANE_MODE = "istio.io/dataplane-mode"
-# ztunnel's stats port (shared DESIGN §1, ports).
-ZTUNNEL_METRICS = 15020
 
-
-@dataclass
-class Mesh:
-    """The module's cluster with its real node, istiod and the installed operator."""
-
-    cluster: LocalCluster
-    node: RealNode
-    istiod: IstioControlPlane
-    api: client.ApiClient
-
-    @property
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api)
+Mesh = RealMesh
 
 
 # ------------------------------------------------------------------ helpers
 
 
-def _agent_pod(core: client.CoreV1Api, name: str) -> client.V1Pod | None:
-    """The agent's (app.kubernetes.io/name=<name>) one live pod on the real node."""
-    pods = core.list_namespaced_pod(
-        ISTIO_NS,
-        label_selector=f"app.kubernetes.io/name={name}",
-        field_selector=f"spec.nodeName={NODE}",
-    ).items
-    live = [p for p in pods if not p.metadata.deletion_timestamp]
-    return live[0] if len(live) == 1 else None
-
-
-def _ready(pod: client.V1Pod | None) -> client.V1Pod | None:
-    if pod is None or pod.status.phase != "Running":
-        return None
-    conditions = {c.type: c.status for c in pod.status.conditions or []}
-    return pod if conditions.get("Ready") == "True" else None
-
-
 def _ready_agent(core: client.CoreV1Api, name: str) -> client.V1Pod | None:
-    return _ready(_agent_pod(core, name))
+    return ready(agent_pod(core, name))
 
 
 def _ready_pod(core: client.CoreV1Api, namespace: str, name: str) -> client.V1Pod | None:
-    return _ready(core.read_namespaced_pod(name, namespace))
+    return ready(core.read_namespaced_pod(name, namespace))
 
 
 def _istioctl(cluster: LocalCluster, *args: str) -> str:
@@ -112,25 +86,6 @@ def _istioctl(cluster: LocalCluster, *args: str) -> str:
     return done.stdout
 
 
-_SAMPLE = re.compile(r"^(?P<name>[a-z_]+)\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
-_LABEL = re.compile(r'([a-z_]+)="([^"]*)"')
-
-
-def ztunnel_count(pod_ip: str, metric: str, **labels: str) -> float:
-    """Sum of a counter from ztunnel's own /metrics over the series whose labels match."""
-    with urllib.request.urlopen(f"http://{pod_ip}:{ZTUNNEL_METRICS}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        m = _SAMPLE.match(line)
-        if not m or m["name"] != metric:
-            continue
-        have = dict(_LABEL.findall(m["labels"]))
-        if all(have.get(k) == v for k, v in labels.items()):
-            total += float(m["value"])
-    return total
-
-
 def _namespace(core: client.CoreV1Api, enrolled: bool) -> str:
     name = unique_name("mesh" if enrolled else "plain")
     labels = {DATAPLANE_MODE: "ambient"} if enrolled else {}
@@ -140,8 +95,7 @@ def _namespace(core: client.CoreV1Api, enrolled: bool) -> str:
 
 
 def _app(extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    image = IMAGES["sample-app"]
-    return {"name": "app", "image": image, "imagePullPolicy": "Never", **(extra or {})}
+    return app_container(IMAGES["sample-app"], extra)
 
 
 def _server(core: client.CoreV1Api, namespace: str) -> client.V1Pod:
@@ -231,98 +185,27 @@ def node_cluster(
         yield pair
 
 
-def _import_images(node: RealNode) -> None:
-    for name, reference in IMAGES.items():
-        layout = LAYOUTS / name
-        if not (layout / "index.json").is_file():
-            pytest.fail(f"no {name} image at {layout}: run `make images`")
-        assert node.import_layout(layout, reference.rsplit(":", 1)[0]) == reference
-
-
-def _ambientmesh(node: RealNode) -> dict[str, Any]:
-    return {
-        "apiVersion": "ambientoperator.io/v1alpha1",
-        "kind": "AmbientMesh",
-        "metadata": {"name": "default"},
-        "spec": {
-            "images": {"hub": REGISTRY},
-            # The node's containerd keeps its CNI folders and network
-            # namespaces under the node's folder, not at the usual host paths.
-            "platforms": {
-                "linux": {
-                    "cniBinDir": str(node.cni_plugin_dir),
-                    "cniConfDir": str(node.cni_conf_dir),
-                    "cniNetnsDir": str(node.netns_dir),
-                }
-            },
-        },
-    }
-
-
 @pytest.fixture(scope="module")
 def mesh(
     node_cluster: tuple[LocalCluster, RealNode], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Mesh]:
     cluster, node = node_cluster
-    _import_images(node)
-    # istiod's Deployment (the chart's, as a user installs it) runs on a kwok
-    # node; the real istiod is the host process behind its Service.
-    istiod = IstioControlPlane(
-        cluster.kubeconfig,
-        tmp_path_factory.mktemp("realmesh-istiod"),
-        BIN_DIR,
-        values={"global.tag": "1.31.0", "nodeSelector.kubernetes\\.io/hostname": "linux-amd64-1"},
-    )
-    with istiod, cluster.api_client() as api:
-        ports = istiod.ports
-        node.serve_service_from_host(
-            ISTIO_NS,
-            "istiod",
-            {"grpc-xds": ports.grpc, "https-dns": ports.secure_grpc, "https-webhook": ports.https},
-        )
-        core = client.CoreV1Api(api)
-        with ignoring(409):
-            core.create_namespace({"metadata": {"name": OPERATOR_NS}})
-        kube = ["--kubeconfig", str(cluster.kubeconfig), "--namespace", OPERATOR_NS]
-        values = {"registry": REGISTRY, "nodeSelector": {"kubernetes.io/hostname": NODE}}
-        done = helm(
-            "install", RELEASE, str(CHART), *kube, *set_args(values), "--wait", "--timeout", "3m"
-        )
-        assert done.returncode == 0, done.stderr
-        apply_objects(api, [_ambientmesh(node)])
+    with contextlib.ExitStack() as stack:
         try:
-            yield Mesh(cluster, node, istiod, api)
-        finally:
-            _remove_agents(core, node)
-            helm("uninstall", RELEASE, *kube, "--wait", "--timeout", "2m")
-        assert "panic:" not in istiod.log_file.read_text(errors="replace")
-
-
-def _remove_agents(core: client.CoreV1Api, node: RealNode) -> None:
-    """Delete the AmbientMesh and wait for its agents to leave the real node, so
-    that istio-cni, seeing its DaemonSet gone, takes its plugin out as on an uninstall."""
-    custom = client.CustomObjectsApi(core.api_client)
-    with ignoring(404):
-        custom.delete_cluster_custom_object(
-            "ambientoperator.io", "v1alpha1", "ambientmeshes", "default"
-        )
-    with contextlib.suppress(TimeoutError):
-        wait_for(
-            lambda: (
-                not core.list_namespaced_pod(ISTIO_NS, field_selector=f"spec.nodeName={NODE}").items
-            ),
-            120,
-            "the agents gone from the real node",
-        )
+            m = stack.enter_context(
+                real_mesh(cluster, node, tmp_path_factory.mktemp("realmesh"), BIN_DIR, LAYOUTS)
+            )
+        except ClusterError as exc:
+            pytest.fail(str(exc))
+        assert m.images == IMAGES
+        yield m
+    assert "panic:" not in m.istiod.log_file.read_text(errors="replace")
 
 
 @pytest.fixture(scope="module")
 def agents(mesh: Mesh) -> tuple[client.V1Pod, client.V1Pod]:
     """istio-cni's and ztunnel's Ready pods on the real node."""
-    core = mesh.core
-    cni = wait_for(lambda: _ready_agent(core, "istio-cni"), 180, "istio-cni Ready on the node")
-    ztunnel = wait_for(lambda: _ready_agent(core, "ztunnel"), 180, "ztunnel Ready on the node")
-    return cni, ztunnel
+    return realmesh.agents(mesh.core)
 
 
 # ------------------------------------------------------------------ 1. installed by Helm
@@ -625,8 +508,7 @@ def test_the_readiness_taint_leaves_the_node_only_once_both_agents_are_ready(
     )  # fmt: skip
     wait_for(
         lambda: (
-            (p := _agent_pod(core, "istio-cni")) is not None
-            and p.spec.containers[0].image == absent
+            (p := agent_pod(core, "istio-cni")) is not None and p.spec.containers[0].image == absent
         ),
         120,
         "istio-cni on the node with the absent image",
@@ -682,7 +564,7 @@ def test_deleting_the_ambientmesh_takes_istio_cni_out_of_the_nodes_cni_config(
     DaemonSet gone rather than changed, undoes its install as on an uninstall."""
     conflist = mesh.node.cni_conf_dir / CNI_CONFLIST
     assert "istio-cni" in [p["type"] for p in json.loads(conflist.read_text())["plugins"]]
-    _remove_agents(mesh.core, mesh.node)
+    remove_agents(mesh.core)
     assert (
         mesh.core.list_namespaced_pod(ISTIO_NS, field_selector=f"spec.nodeName={NODE}").items == []
     )

@@ -2,7 +2,8 @@
 // the demo run as workloads: `sample-app serve` answers every request with the
 // pod's name and the peer address it saw; `sample-app get URL` makes one
 // request per connection (so each is a new TCP connection through ztunnel) and
-// prints the answer, exiting non-zero on any failure.
+// prints the answer (or with -timings, each request's time from dial to the
+// whole answer read, in microseconds), exiting non-zero on any failure.
 package main
 
 import (
@@ -34,15 +35,17 @@ func get(args []string) error {
 	fs := flag.NewFlagSet("get", flag.ExitOnError)
 	count := fs.Int("count", 1, "requests to make, each on a new connection")
 	timeout := fs.Duration("timeout", 10*time.Second, "timeout of each request")
+	timings := fs.Bool("timings", false, "print each request's time in microseconds, not the answer")
 	_ = fs.Parse(args)
 	if fs.NArg() != 1 {
-		return fmt.Errorf("usage: sample-app get [-count N] URL")
+		return fmt.Errorf("usage: sample-app get [-count N] [-timings] URL")
 	}
 	client := &http.Client{
 		Timeout:   *timeout,
 		Transport: &http.Transport{DisableKeepAlives: true},
 	}
 	for i := 0; i < *count; i++ {
+		began := time.Now()
 		resp, err := client.Get(fs.Arg(0))
 		if err != nil {
 			return err
@@ -55,14 +58,18 @@ func get(args []string) error {
 		if resp.StatusCode != http.StatusOK {
 			return fmt.Errorf("%s: %s", fs.Arg(0), resp.Status)
 		}
-		fmt.Print(string(body))
+		if *timings {
+			fmt.Println(time.Since(began).Microseconds())
+		} else {
+			fmt.Print(string(body))
+		}
 	}
 	return nil
 }
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: sample-app serve [-addr :8080] | get [-count N] URL")
+		fmt.Fprintln(os.Stderr, "usage: sample-app serve [-addr :8080] | get [-count N] [-timings] URL")
 		os.Exit(2)
 	}
 	var err error
