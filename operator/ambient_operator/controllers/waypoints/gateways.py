@@ -281,9 +281,7 @@ class WaypointGateways(WaypointClasses):
         async def one(obj: dict[str, Any]) -> None:
             was = current.get(key_of(obj))
             try:
-                # Not claimed for apply (apply/writer.write): a waypoint's objects
-                # are the Gateway's by its reference, and most are never updated.
-                live = await self._call(write, self.kube, obj, was, owner, claim=False)
+                live = await self._call(write, self.kube, obj, was, owner)
             except NameConflictError as exc:
                 conflicts.append(exc.message)  # taken meanwhile; nothing was written
                 return
