@@ -316,26 +316,62 @@ def test_write_by_name_creates_updates_and_refuses_a_namesake(
     assert core.read_namespaced_config_map("theirs", namespace).data is None
 
 
-def test_a_cached_copy_keeps_every_manager_and_only_our_field_sets() -> None:
+def test_a_cached_copy_keeps_every_manager_and_the_head_of_our_field_sets() -> None:
+    ours = {
+        "f:metadata": {"f:labels": {"f:app": {}}},
+        "f:spec": {"f:replicas": {}, "f:template": {"f:spec": {"f:containers": {}}}},
+    }
     live = {
         "kind": "Deployment",
         "metadata": {
             "name": "d",
+            "uid": "u-1",
             "managedFields": [
-                {"manager": c.FIELD_MANAGER, "operation": "Apply", "fieldsV1": {"f:spec": {}}},
+                {
+                    "manager": c.FIELD_MANAGER,
+                    "operation": "Apply",
+                    "apiVersion": "apps/v1",
+                    "time": "2026-12-07T00:00:00Z",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": ours,
+                },
+                {
+                    "manager": "kube-controller-manager",
+                    "operation": "Update",
+                    "subresource": "status",
+                    "fieldsV1": {"f:status": {}},
+                },
                 {"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:metadata": {}}},
             ],
         },
-        "spec": {"replicas": 2},
+        "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "proxy"}]}}},
     }
     kept = cached_copy(live)
     assert kept["metadata"]["managedFields"] == [
-        {"manager": c.FIELD_MANAGER, "operation": "Apply", "fieldsV1": {"f:spec": {}}},
+        {
+            "manager": c.FIELD_MANAGER,
+            "operation": "Apply",
+            "apiVersion": "apps/v1",
+            "fieldsV1": {
+                "f:metadata": {"f:labels": {}},
+                "f:spec": {"f:replicas": {}, "f:template": {}},
+            },
+        },
+        {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status"},
         {"manager": "kubectl", "operation": "Update"},
     ]
-    assert kept["spec"] == {"replicas": 2} and kept["spec"] is not live["spec"]
+    assert kept["spec"] == live["spec"] and kept["spec"] is not live["spec"]
+    assert kept["metadata"]["uid"] == "u-1"
     # What ownership reads is all there.
     assert conflict(kept, None) == conflict(live, None)
+    assert applies_field(kept, ("spec", "replicas"))
+    assert not applies_field(kept, ("spec", "paused"))
+    # One copy of each string across the caches.
+    again = cached_copy(live)
+    assert (
+        again["spec"]["template"]["spec"]["containers"][0]["name"]
+        is (kept["spec"]["template"]["spec"]["containers"][0]["name"])
+    )
 
 
 def test_a_claim_from_a_cached_copy_keeps_the_fields_of_other_managers(
