@@ -44,8 +44,12 @@ class MemoryKube:
         return self._store(obj, "create")
 
     def apply(self, obj: Mapping[str, Any], *, force: bool = True, **_: Any) -> dict[str, Any]:
-        """Server-side apply, as a replace of all but the status."""
+        """Server-side apply, as a replace of all but the status; a resourceVersion in `obj`
+        is a precondition (a creation carries one that nothing has)."""
         held = self.objects.get(key_of(dict(obj))) or {}
+        wanted = obj["metadata"].get("resourceVersion")
+        if wanted and held and held["metadata"]["resourceVersion"] != wanted:
+            raise KubeError(409, "Conflict", f"{obj['metadata']['name']} was modified")
         out = {**dict(obj), **({"status": held["status"]} if "status" in held else {})}
         return self._store(out, "apply")
 

@@ -333,19 +333,20 @@ def test_a_new_gateways_first_request_for_each_name_is_its_create(
 
     The conflicts above are found before any write, by asking for the names
     the watches saw taken; here none is taken, so the first request naming
-    each object is the POST that creates it (which would refuse a name taken
-    meanwhile).
+    each object is the apply that creates it (201), whose precondition would
+    refuse a name taken meanwhile (apply/writer.py).
     """
     since = audit.mark()
     create_gateway(team.api, team.namespace, "fresh")
     programmed(operator, team.api, team.namespace, "fresh")
-    requests: dict[str, list[str]] = {}
+    requests: dict[str, list[tuple[str, int]]] = {}
     for e in audit.events(since, user=identity.user):
         ref = e.get("objectRef") or {}
         if ref.get("namespace") == team.namespace and ref.get("name") == "fresh":
-            requests.setdefault(str(ref.get("resource")), []).append(e["verb"])
+            code = int((e.get("responseStatus") or {}).get("code") or 0)
+            requests.setdefault(str(ref.get("resource")), []).append((e["verb"], code))
     for resource in ("serviceaccounts", "deployments", "services"):
-        assert requests.get(resource, [])[:1] == ["create"], requests
+        assert requests.get(resource, [])[:1] == [("patch", 201)], requests
 
 
 def test_a_name_override_and_a_class_switch_leave_another_teams_service_alone(

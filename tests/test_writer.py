@@ -143,36 +143,56 @@ def _our_managers(live: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
-class _Interrupted(Kube):
-    """A Kube whose POST is followed at once by somebody else's write.
+class _Counting(Kube):
+    """A Kube that records the method of each request it sends."""
 
-    A controller's first status write (the disruption controller's on a new
-    PodDisruptionBudget) lands in that gap in a live cluster, sometimes.
-    """
-
-    def __init__(self, kube: Kube, k8s: client.ApiClient) -> None:
+    def __init__(self, kube: Kube) -> None:
         super().__init__(kube.credentials, field_manager=c.FIELD_MANAGER)
-        self.core = client.CoreV1Api(k8s)
+        self.sent: list[str] = []
 
-    def create(self, obj: Any) -> dict[str, Any]:
-        created = super().create(obj)
-        meta = created["metadata"]
-        self.core.patch_namespaced_config_map(
-            meta["name"], meta["namespace"], {"metadata": {"labels": {"team": "x"}}}
-        )
-        return created  # now at a stale resourceVersion
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        self.sent.append(method)
+        return super().request(method, path, **kwargs)
 
 
-def test_a_write_between_our_create_and_its_claim_loses_nothing(
+def test_a_creation_is_one_request_and_our_apply_entry_holds_its_fields(
+    kube: Kube, namespace: str, owner: Owner
+) -> None:
+    counting = _Counting(kube)
+    first = prepare(_config_map(namespace, "cm", {"a": "1", "b": "2"}), owner, "test")
+    live = write(counting, first, None, owner)
+    assert counting.sent == ["PATCH"]
+    assert _our_managers(live) == [(c.FIELD_MANAGER, "Apply")]
+    assert applies_field(live, ("data", "b"))  # a hand-over would see it as ours to hand
+    second = prepare(_config_map(namespace, "cm", {"a": "1"}), owner, "test")
+    live = write(counting, second, live, owner)
+    assert counting.sent == ["PATCH", "PATCH"]
+    assert live["data"] == {"a": "1"}
+
+
+def test_a_creation_without_an_owner_is_ours_by_its_apply_entry(kube: Kube, namespace: str) -> None:
+    counting = _Counting(kube)
+    body = prepare(_config_map(namespace, "cm", {"a": "1"}), None, "test")
+    live = write(counting, body, None, None)
+    assert counting.sent == ["PATCH"]
+    assert conflict(live, None) is None
+
+
+def test_a_namesake_made_after_our_cache_looked_is_not_merged_into(
     kube: Kube, k8s: client.ApiClient, namespace: str, owner: Owner
 ) -> None:
-    racing = _Interrupted(kube, k8s)
-    first = prepare(_config_map(namespace, "cm", {"a": "1", "b": "2"}), owner, "test")
-    live = write(racing, first, None, owner)
-    assert _our_managers(live) == [(c.FIELD_MANAGER, "Apply")]
-    assert live["metadata"]["labels"]["team"] == "x"
-    second = prepare(_config_map(namespace, "cm", {"a": "1"}), owner, "test")
-    assert write(kube, second, live, owner)["data"] == {"a": "1"}
+    """The creation's precondition fails on any object of the name, even one whose fields
+    our forced apply could take: a plain server-side apply would have merged into it."""
+    core = client.CoreV1Api(k8s)
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "cm"}})
+    counting = _Counting(kube)
+    body = prepare(_config_map(namespace, "cm", {"a": "1"}), owner, "test")
+    with pytest.raises(NameConflictError):
+        write(counting, body, None, owner)
+    # The refused creation, then the read that names the holder.
+    assert counting.sent == ["PATCH", "GET"]
+    live = core.read_namespaced_config_map("cm", namespace)
+    assert live.data is None and not live.metadata.owner_references
 
 
 def test_a_claim_that_never_landed_is_made_on_the_next_update(
@@ -192,28 +212,6 @@ def test_a_claim_that_never_landed_is_made_on_the_next_update(
     live = write(kube, third, live, owner)
     assert live["data"] == {"a": "1"}
     assert _our_managers(live) == [(c.FIELD_MANAGER, "Apply")]
-
-
-def test_an_unclaimed_creation_is_claimed_by_its_first_update(
-    kube: Kube, namespace: str, owner: Owner
-) -> None:
-    """A waypoint's objects are not claimed at creation; their first update claims them."""
-    first = prepare(_config_map(namespace, "cm", {"a": "1", "b": "2"}), owner, "test")
-    live = write(kube, first, None, owner, claim=False)
-    assert _our_managers(live) == [(c.FIELD_MANAGER, "Update")]
-    assert applies_field(live, ("data", "b"))  # a hand-over would see it as ours to hand
-    second = prepare(_config_map(namespace, "cm", {"a": "1"}), owner, "test")
-    live = write(kube, second, live, owner)
-    assert live["data"] == {"a": "1"}
-    assert _our_managers(live) == [(c.FIELD_MANAGER, "Apply")]
-
-
-def test_an_unclaimed_creation_needs_an_owner(kube: Kube, namespace: str) -> None:
-    # Without an owner, our apply entry is what makes an object ours.
-    body = prepare(_config_map(namespace, "cm", {"a": "1"}), None, "test")
-    with pytest.raises(ValueError, match="needs an owner"):
-        write(kube, body, None, None, claim=False)
-    assert kube.get(KINDS[("v1", "ConfigMap")], "cm", namespace) is None
 
 
 def test_someone_elses_object_is_never_written_or_pruned(
@@ -312,28 +310,68 @@ def test_write_by_name_creates_updates_and_refuses_a_namesake(
         write_by_name(kube, prepare(_config_map(namespace, "ours", {"a": "3"}), None, "t"), made)
     assert stale.value.status == 409
     assert core.read_namespaced_config_map("ours", namespace).data == {"a": "2"}
+    # A namesake made after our read found nothing is refused, not merged into.
+    with pytest.raises(NameConflictError):
+        write_by_name(kube, prepare(_config_map(namespace, "theirs", {"a": "1"}), None, "t"), None)
+    assert core.read_namespaced_config_map("theirs", namespace).data is None
 
 
-def test_a_cached_copy_keeps_every_manager_and_only_our_field_sets() -> None:
+def test_a_cached_copy_keeps_every_manager_and_the_head_of_our_field_sets() -> None:
+    ours = {
+        "f:metadata": {"f:labels": {"f:app": {}}},
+        "f:spec": {"f:replicas": {}, "f:template": {"f:spec": {"f:containers": {}}}},
+    }
     live = {
         "kind": "Deployment",
         "metadata": {
             "name": "d",
+            "uid": "u-1",
             "managedFields": [
-                {"manager": c.FIELD_MANAGER, "operation": "Apply", "fieldsV1": {"f:spec": {}}},
+                {
+                    "manager": c.FIELD_MANAGER,
+                    "operation": "Apply",
+                    "apiVersion": "apps/v1",
+                    "time": "2026-12-07T00:00:00Z",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": ours,
+                },
+                {
+                    "manager": "kube-controller-manager",
+                    "operation": "Update",
+                    "subresource": "status",
+                    "fieldsV1": {"f:status": {}},
+                },
                 {"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:metadata": {}}},
             ],
         },
-        "spec": {"replicas": 2},
+        "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "proxy"}]}}},
     }
     kept = cached_copy(live)
     assert kept["metadata"]["managedFields"] == [
-        {"manager": c.FIELD_MANAGER, "operation": "Apply", "fieldsV1": {"f:spec": {}}},
+        {
+            "manager": c.FIELD_MANAGER,
+            "operation": "Apply",
+            "apiVersion": "apps/v1",
+            "fieldsV1": {
+                "f:metadata": {"f:labels": {}},
+                "f:spec": {"f:replicas": {}, "f:template": {}},
+            },
+        },
+        {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status"},
         {"manager": "kubectl", "operation": "Update"},
     ]
-    assert kept["spec"] == {"replicas": 2} and kept["spec"] is not live["spec"]
+    assert kept["spec"] == live["spec"] and kept["spec"] is not live["spec"]
+    assert kept["metadata"]["uid"] == "u-1"
     # What ownership reads is all there.
     assert conflict(kept, None) == conflict(live, None)
+    assert applies_field(kept, ("spec", "replicas"))
+    assert not applies_field(kept, ("spec", "paused"))
+    # One copy of each string across the caches.
+    again = cached_copy(live)
+    assert (
+        again["spec"]["template"]["spec"]["containers"][0]["name"]
+        is (kept["spec"]["template"]["spec"]["containers"][0]["name"])
+    )
 
 
 def test_a_claim_from_a_cached_copy_keeps_the_fields_of_other_managers(

@@ -163,5 +163,7 @@ PROTOCOL_HBONE: Final = "HBONE"
 # Which controller's prune set an object belongs to: the data plane owned by
 # the AmbientMesh, or one waypoint owned by its Gateway.
 LABEL_CONTROLLER = "ambientoperator.io/controller"
+# LABEL_CONTROLLER's value on the data plane's objects.
+DATAPLANE_CONTROLLER: Final = "dataplane"
 # On each object taken over from a Helm release: the release (apply/adopt.py).
 ADOPTED_FROM: Final = "ambientoperator.io/adopted-from"

@@ -18,7 +18,6 @@ import kopf
 from ambient_operator.cluster.state import ClusterState
 from ambient_operator.kube.client import Kube
 from ambient_operator.status.events import EventRecorder
-from ambient_operator.webhook import certs
 from ambient_operator.webhook.config import WebhookOptions
 from ambient_operator.webhook.misses import MissTracker
 from ambient_operator.webhook.upkeep import Webhook
@@ -73,6 +72,8 @@ async def start(webhook: Webhook, memo: kopf.Memo) -> None:
         # The server must still start; the maintain loop retries the rest.
         log.exception("webhook set-up incomplete; retrying every %ss", options.sync_seconds)
         if webhook.material is None and not options.cert_dir:
+            from ambient_operator.webhook import certs  # cryptography: only with the server
+
             webhook.install(certs.generate(webhook.hosts(), datetime.now(UTC)))
     await asyncio.to_thread(webhook.start_server)
     memo["webhook-maintain"] = asyncio.create_task(webhook.maintain(), name="webhook-maintain")

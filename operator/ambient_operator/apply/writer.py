@@ -5,12 +5,13 @@ one. Both check ownership (apply/ownership.py) on what the API server holds, and
 carry a precondition, so a race with somebody else's write cannot turn into
 a takeover:
 
-- A first creation is a POST, which fails if anything of that name exists
-  (server-side apply would silently take it over). The POST's field
-  ownership is then converted to an apply entry of our field manager, so
-  later applies can drop fields we stop setting; a conflict in that
-  conversion is retried on the same UID, and an update finishes one that
-  never landed (or, for an object with an owner, one never made).
+- A first creation is one server-side apply that carries a resourceVersion
+  no stored object has (:data:`NEVER_STORED`): where anything of that name
+  exists, the precondition fails (409) instead of merging into it, so it is
+  a create that cannot take an object over, and its fields are our apply
+  entry's from the start (later applies drop what we stop setting). An
+  object an earlier version created by POST carries that POST's entry: its
+  next update makes it part of our apply entry first (:func:`claim_for_apply`).
 - An update is a forced server-side apply (force only on what we own) with
   the resourceVersion whose ownership we checked; a conflict re-reads the
   object, checks again and retries once.
@@ -25,13 +26,20 @@ readiness gating enabled, a Node's readiness taint, and nothing else of it.
 Before any of that, every object written here (write, create_new, replace)
 must pin its pods to one OS (apply/placement.py): an object that does not is
 refused, with no request.
+
+An answer 429 (the API server's priority and fairness sheds load) is waited
+out and asked again, a few times with a growing pause (:func:`patient`):
+nothing was written, so the same request is still the right one.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Collection, Mapping
-from typing import Any
+import functools
+import logging
+import time
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, ParamSpec, TypeVar
 
 from ambient_operator.api import constants as c
 from ambient_operator.apply.adopt import ADOPTED_FROM, Takeover, absorbs, helm_managers
@@ -42,7 +50,15 @@ from ambient_operator.apply.plan import HASH_ANNOTATION, Owner
 from ambient_operator.kube.client import Kube, KubeError
 from ambient_operator.kube.resources import KINDS, kind_of
 
+log = logging.getLogger(__name__)
 NAME_CONFLICT = "NameConflict"
+# etcd's revisions start at 1 and its first write is revision 2, so no stored
+# object has this resourceVersion: an apply carrying it creates, or fails 409.
+NEVER_STORED = "1"
+# Pauses before asking again after a 429, in seconds; then the 429 is the answer.
+BACKOFF_SECONDS = (0.25, 0.5, 1.0, 2.0, 4.0)
+P = ParamSpec("P")
+R = TypeVar("R")
 # Co-owns a field we stop applying until its new writer (an autoscaler) takes it.
 HANDOVER_FIELD_MANAGER = f"{c.FIELD_MANAGER}-handover"
 CLAIM_ATTEMPTS = 5
@@ -154,32 +170,56 @@ def claim_for_apply(
     raise KubeError(409, "Conflict", f"{describe(obj)} kept changing while we claimed its fields")
 
 
+def patient(fn: Callable[P, R]) -> Callable[P, R]:
+    """`fn`, asked again after each 429 (too many requests) with the pauses of BACKOFF_SECONDS.
+
+    Runs in the calling thread (the writes run in threads of their own, off
+    the event loop), so a pause holds only its own write.
+    """
+
+    @functools.wraps(fn)
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        for pause in BACKOFF_SECONDS:
+            try:
+                return fn(*args, **kwargs)
+            except KubeError as exc:
+                if exc.status != 429:
+                    raise
+                log.info("429 from the API server; asking again in %.2f s", pause)
+            time.sleep(pause)
+        return fn(*args, **kwargs)
+
+    return call
+
+
+def _create(kube: Kube, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """One apply that creates `obj`, or fails 409 when anything holds its name."""
+    body = dict(obj)
+    body["metadata"] = {**obj["metadata"], "resourceVersion": NEVER_STORED}
+    return kube.apply(body, force=True)
+
+
+@patient
 def write(
     kube: Kube,
     obj: Mapping[str, Any],
     live: Mapping[str, Any] | None,
     owner: Owner | None,
     *,
-    claim: bool = True,
     takeover: Takeover | None = None,
 ) -> dict[str, Any]:
     """Create or update `obj` (prepared by apply.prepare); `live` is what the cache holds.
 
     Raises NameConflictError when the object exists and is not ours, KubeError
     when the API server refuses or the object's pods are not pinned to one OS.
-    With `claim` False a creation's fields stay with its create's entry, and
-    the object's next update claims them first (as it makes good a claim that
-    failed): one request less per object that is never updated. Only for an
-    object with an `owner`, whose reference makes it ours: without one, our
-    apply entry is what does (apply/ownership.py), and a creation is claimed.
+    A creation is one request; an update is one too, unless the object still
+    holds fields of a POST of ours (then a claim, made from a fresh read).
 
     `takeover` (apply/adopt.py) lets through an object that is not ours when
     it is exactly the one the take-over checked (same UID, the same Helm
     release's metadata, read again before the write); Helm's field entries
     are then made ours before the apply.
     """
-    if not claim and owner is None:
-        raise ValueError(f"{describe(obj)}: an unclaimed creation needs an owner")
     _refuse_unplaced(obj)
 
     def refusal(current: Mapping[str, Any] | None) -> str | None:
@@ -192,8 +232,7 @@ def write(
         raise NameConflictError(why)
     if live is None:
         try:
-            created = kube.create(obj)
-            return claim_for_apply(kube, created) if claim else created
+            return _create(kube, obj)
         except KubeError as exc:
             if exc.status != 409:
                 raise
@@ -235,6 +274,7 @@ def write(
     raise AssertionError("unreachable")
 
 
+@patient
 def hand_over(
     kube: Kube, live: Mapping[str, Any], owner: Owner | None, fields: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -275,19 +315,34 @@ def write_by_name(
     its resourceNames, which a POST cannot carry (the name is in the body, not
     the URL), so this object is created by server-side apply. Ownership is
     checked first, and an update carries the resourceVersion it was checked
-    at; what remains is the moment between our read finding nothing and our
-    apply, in which somebody else's namesake would be merged into.
+    at; a creation carries one no object has (:data:`NEVER_STORED`), so a
+    namesake made after our read finding nothing fails it (409) instead of
+    being merged into.
     """
     _refuse_unplaced(obj)
     why = conflict(live, None)
     if why is not None:
         raise NameConflictError(why)
+    if live is None:
+        try:
+            return _create(kube, obj)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+        # Made meanwhile: by another replica of ours (then it is written as
+        # ours), or by somebody else (refused).
+        live = _read(kube, obj)
+        why = conflict(live, None)
+        if why is not None:
+            raise NameConflictError(why)
+        if live is None:
+            raise KubeError(409, "Conflict", f"{describe(obj)} changed while we wrote it")
     body = copy.deepcopy(dict(obj))
-    if live is not None:
-        body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
+    body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
     return kube.apply(body, force=True)
 
 
+@patient
 def prune(
     kube: Kube,
     obj: Mapping[str, Any],

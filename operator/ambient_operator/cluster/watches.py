@@ -107,6 +107,54 @@ def node_shape(node: Mapping[str, Any]) -> Any:
     return (meta.get("labels"), taints, status.get("nodeInfo"), spec.get("providerID"))
 
 
+def _without_heartbeat(status: Any) -> Any:
+    if not isinstance(status, Mapping):
+        return status
+    conditions = status.get("conditions")
+    if not isinstance(conditions, list):
+        return status
+    return {
+        **status,
+        "conditions": [
+            {k: v for k, v in cond.items() if k != "lastHeartbeatTime"}
+            if isinstance(cond, Mapping)
+            else cond
+            for cond in conditions
+        ],
+    }
+
+
+def heartbeat_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether a Node's new state differs from the cached one only by a kubelet's heartbeat.
+
+    A heartbeat moves the conditions' lastHeartbeatTime (and with it the
+    resourceVersion and the time of a managedFields entry), every node every
+    few minutes: at 5,000 nodes, most of an idle operator's events. Compared
+    at C speed on what differs; anything else (a condition's status, a
+    taint, a label) is a change. The cached copy is then kept as it is, so
+    the passes' per-node reads (controllers/dataplane_moves.PerNode) see the
+    same object and read nothing again.
+    """
+    if old.keys() != new.keys():
+        return False
+    for key, value in new.items():
+        held = old[key]
+        if key == "metadata":
+            if not isinstance(value, Mapping) or not isinstance(held, Mapping):
+                return False
+            skip = ("resourceVersion", "managedFields")
+            if {k: v for k, v in value.items() if k not in skip} != {
+                k: v for k, v in held.items() if k not in skip
+            }:
+                return False
+        elif key == "status":
+            if value != held and _without_heartbeat(value) != _without_heartbeat(held):
+                return False
+        elif value != held:
+            return False
+    return True
+
+
 def namespace_entry(ns: Mapping[str, Any]) -> dict[str, Any]:
     """What the caches keep of a Namespace: identity, labels, and whether it is going away."""
     meta = ns.get("metadata") or {}
@@ -167,8 +215,10 @@ def state_watches(state: ClusterState, owned_kinds: Sequence[tuple[str, str]]) -
             state.tally.node(name, None)
             state.poke()
             return
-        node = cached_copy(body)
         old = state.nodes.get(name)
+        if old is not None and heartbeat_only(old, body):
+            return
+        node = cached_copy(body)
         state.nodes[name] = node
         if old is None or node_shape(old) != node_shape(node):
             # Enrollment counts a pod without an OS of its own by its node's.
@@ -272,8 +322,12 @@ def state_watches(state: ClusterState, owned_kinds: Sequence[tuple[str, str]]) -
                 state.poke()  # one of ours is gone: put it back
 
         kind = KINDS[(api_version, kind_name)]
+        # The data plane's objects only: the waypoints' (their ServiceAccounts,
+        # the class defaults) are that controller's to keep, and kept here too
+        # they were a second copy, and a wake-up of this loop at each change.
+        ours = {**MANAGED, c.LABEL_CONTROLLER: c.DATAPLANE_CONTROLLER}
         return Watched(
-            f"owned-{kind.plural}", kind, record_owned, labels=MANAGED, cached=cached, forget=forget
+            f"owned-{kind.plural}", kind, record_owned, labels=ours, cached=cached, forget=forget
         )
 
     return [

@@ -63,6 +63,7 @@ from ambient_operator.apply.held import (
     held,
     inputs_digest,
 )
+from ambient_operator.apply.order import in_pass_order, write_in_order
 from ambient_operator.apply.ownership import conflict, describe
 from ambient_operator.apply.plan import Owner, PassMemo, plan
 from ambient_operator.apply.writer import NameConflictError, prune, set_finalizer, write
@@ -599,7 +600,8 @@ class DataplaneController(DataplaneMoves):
         # under a name we want is written through the writer, which refuses it.
         todo = plan(prepared, ours, self.memo)
         refused: set[ObjectKey] = set()
-        for obj in todo.apply:
+
+        async def one(obj: dict[str, Any]) -> None:  # stage by stage, a few at once
             what = describe(obj)
             # A DaemonSet's pods would run with somebody else's account or
             # configuration: the agents are not written until that is sorted.
@@ -608,7 +610,7 @@ class DataplaneController(DataplaneMoves):
                 outcome.conflicts.append(
                     f"{what} was not written: it would use {', '.join(map(_named, blocked))}"
                 )
-                continue
+                return
             key = key_of(obj)
             current = self.state.owned.get(key)
             if current is None and takeover is not None and key in takeover.taken:
@@ -624,16 +626,20 @@ class DataplaneController(DataplaneMoves):
             except NameConflictError as exc:
                 refused.add(key_of(obj))
                 outcome.conflicts.append(exc.message)
-                continue
+                return
             except KubeError as exc:
                 outcome.failed(what, exc.message)
-                continue
+                return
             self.state.remember_owned(live)
             # `ours` stays what the caches hold of this mesh: the newer of the
             # response and a watch event already in.
             ours[key] = self.state.owned.get(key, live)
             metrics.OBJECTS_APPLIED.labels(kind=obj["kind"]).inc()
             log.info("applied %s", what)
+
+        await write_in_order(todo.apply, one)
+        outcome.conflicts[:] = in_pass_order(todo.apply, outcome.conflicts, str)
+        outcome.errors[:] = in_pass_order(todo.apply, outcome.errors, lambda e: e[0])
         if outcome.conflicts or outcome.errors:
             return outcome
         scope = {target}

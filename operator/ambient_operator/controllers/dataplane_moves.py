@@ -52,7 +52,7 @@ from ambient_operator.status.components import (
 from ambient_operator.status.events import EventRecorder, now_rfc3339
 
 T = TypeVar("T")
-CONTROLLER = "dataplane"
+CONTROLLER = c.DATAPLANE_CONTROLLER
 MESH = KINDS[("ambientoperator.io/v1alpha1", "AmbientMesh")]
 NAMESPACE = KINDS[("v1", "Namespace")]
 NETWORK_ATTACHMENT = KINDS[("k8s.cni.cncf.io/v1", "NetworkAttachmentDefinition")]

@@ -6,8 +6,8 @@ kinds, and discovery would cost a burst of requests on every start.
 
 from __future__ import annotations
 
-import copy
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -20,6 +20,10 @@ from ambient_operator.api.constants import FIELD_MANAGER
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _SHOWN = 64
+# How deep a cached copy keeps our field sets (see cached_copy): spec.replicas.
+FIELD_SET_DEPTH = 2
+# What a cached copy keeps of each managedFields entry.
+_ENTRY_KEYS = ("manager", "operation", "subresource", "apiVersion")
 
 NameRule = Literal["subdomain", "label", "segment"]
 
@@ -184,27 +188,59 @@ def key_of(obj: Mapping[str, Any]) -> ObjectKey:
     )
 
 
-def cached_copy(obj: Mapping[str, Any], field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
-    """A deep copy of an object as a cache keeps it: other managers' field sets left out.
+def _shared(value: Any) -> Any:
+    """A copy of JSON data whose strings are interned: one copy of each across the caches.
 
-    Ownership (apply/ownership.py) reads every manager's name and operation
-    and our own field sets, nothing more; the rest of managedFields is about
-    half of what a Deployment or a Node weighs. Anything that writes
-    managedFields back reads the object again first (apply/writer.py's claim).
+    A parsed object has a string of its own for every key and value; the
+    caches hold thousands of objects whose keys and most values (labels,
+    images, env names, field paths) are the same. Interned strings are
+    mortal: one no cached object holds any more is freed.
+    """
+    if isinstance(value, str):
+        return sys.intern(value)
+    if isinstance(value, Mapping):
+        return {sys.intern(str(k)): _shared(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shared(v) for v in value]
+    return value
+
+
+def _field_set_head(fields: Any, depth: int = FIELD_SET_DEPTH) -> dict[str, Any]:
+    """The first `depth` levels of a fieldsV1 set, interned."""
+    if depth <= 0 or not isinstance(fields, Mapping):
+        return {}
+    return {sys.intern(str(k)): _field_set_head(v, depth - 1) for k, v in fields.items()}
+
+
+def cached_copy(obj: Mapping[str, Any], field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
+    """A copy of an object as a cache keeps it: managedFields cut down, strings shared.
+
+    Ownership (apply/ownership.py) reads every manager's name, operation and
+    subresource, and `applies_field` whether our entries hold a field
+    FIELD_SET_DEPTH levels down (spec.replicas); nothing reads more of
+    managedFields from a cache, and it was a third of a waypoint Deployment's
+    weight. Anything that writes managedFields back, or reads another
+    manager's fields, reads the object again first (apply/writer.py's claim,
+    a take-over). Strings are interned (`_shared`): a waypoint's objects
+    cost a third of their parsed size.
     """
     meta = obj.get("metadata") or {}
-    entries = meta.get("managedFields")
-    if not entries:
-        return copy.deepcopy(dict(obj))
-    out = {key: copy.deepcopy(value) for key, value in obj.items() if key != "metadata"}
+    out = {sys.intern(str(k)): _shared(v) for k, v in obj.items() if k != "metadata"}
     kept = out["metadata"] = {
-        key: copy.deepcopy(value) for key, value in meta.items() if key != "managedFields"
+        sys.intern(str(k)): _shared(v) for k, v in meta.items() if k != "managedFields"
     }
-    kept["managedFields"] = [
-        copy.deepcopy(entry)
-        if isinstance(entry, Mapping) and entry.get("manager") == field_manager
-        else {key: value for key, value in entry.items() if key != "fieldsV1"}
-        for entry in entries
-        if isinstance(entry, Mapping)
-    ]
+    entries = meta.get("managedFields")
+    if entries:
+        kept["managedFields"] = [_entry(entry, field_manager) for entry in entries]
+    return out
+
+
+def _entry(entry: Any, field_manager: str) -> Any:
+    if not isinstance(entry, Mapping):
+        return _shared(entry)
+    out: dict[str, Any] = {
+        k: sys.intern(str(entry[k])) for k in _ENTRY_KEYS if entry.get(k) is not None
+    }
+    if entry.get("manager") == field_manager and "fieldsV1" in entry:
+        out["fieldsV1"] = _field_set_head(entry["fieldsV1"])
     return out

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ambient_operator.api import constants as c
 from ambient_operator.api import metrics
@@ -27,7 +27,6 @@ from ambient_operator.apply.writer import create_new, replace, write_by_name
 from ambient_operator.cluster.state import ClusterState
 from ambient_operator.kube.client import Kube, KubeError
 from ambient_operator.kube.resources import KINDS
-from ambient_operator.webhook import certs
 from ambient_operator.webhook.config import (
     CONFIG_NAME,
     SECRET_NAME,
@@ -37,6 +36,12 @@ from ambient_operator.webhook.config import (
 from ambient_operator.webhook.misses import MissTracker
 from ambient_operator.webhook.review import Reviewer
 from ambient_operator.webhook.server import AdmissionServer
+
+if TYPE_CHECKING:
+    # Imported where a certificate is made or read: cryptography is a
+    # sixth of the operator's imports, and an operator without the webhook
+    # server never needs it.
+    from ambient_operator.webhook import certs
 
 log = logging.getLogger(__name__)
 CONTROLLER = "webhook"
@@ -120,6 +125,8 @@ class Webhook(Reviewer):
         Create-if-absent and replace-at-resourceVersion: whoever loses a race
         reads the winner's material and uses it.
         """
+        from ambient_operator.webhook import certs
+
         namespace, hosts = self.secret_namespace(), self.hosts()
         for _ in range(SECRET_ATTEMPTS):
             now = datetime.now(UTC)
@@ -156,6 +163,8 @@ class Webhook(Reviewer):
         raise KubeError(409, "Conflict", f"Secret {namespace}/{SECRET_NAME} kept changing")
 
     def _from_cert_dir(self) -> certs.TLSMaterial:
+        from ambient_operator.webhook import certs
+
         folder = Path(self.options.cert_dir or "")
         return certs.TLSMaterial.from_data(
             {
@@ -171,6 +180,8 @@ class Webhook(Reviewer):
         When the Secret cannot be used (no namespace yet, no permission), the
         process serves with material of its own and keeps trying to store it.
         """
+        from ambient_operator.webhook import certs
+
         if self.options.cert_dir:
             return self._from_cert_dir()
         try:
@@ -186,6 +197,8 @@ class Webhook(Reviewer):
 
     def serving_paths(self) -> tuple[Path, Path, Path]:
         """(certfile, keyfile, cafile) for kopf's server."""
+        from ambient_operator.webhook import certs
+
         if self.options.cert_dir:
             folder = Path(self.options.cert_dir)
             return folder / certs.KEY_TLS_CRT, folder / certs.KEY_TLS_KEY, folder / certs.KEY_CA_CRT

@@ -27,7 +27,7 @@ from ambient_operator.controllers.waypoints.common import (
     log,
 )
 from ambient_operator.kube.client import KubeError
-from ambient_operator.kube.resources import ObjectKey, key_of, kind_of
+from ambient_operator.kube.resources import ObjectKey, cached_copy, key_of, kind_of
 from ambient_operator.render.waypoints.names import (
     CONTROLLER,
     Names,
@@ -281,9 +281,7 @@ class WaypointGateways(WaypointClasses):
         async def one(obj: dict[str, Any]) -> None:
             was = current.get(key_of(obj))
             try:
-                # Not claimed for apply (apply/writer.write): a waypoint's objects
-                # are the Gateway's by its reference, and most are never updated.
-                live = await self._call(write, self.kube, obj, was, owner, claim=False)
+                live = await self._call(write, self.kube, obj, was, owner)
             except NameConflictError as exc:
                 conflicts.append(exc.message)  # taken meanwhile; nothing was written
                 return
@@ -355,7 +353,7 @@ class WaypointGateways(WaypointClasses):
                 fresh = wrote.live
                 if fresh is None:
                     return True  # deleted meanwhile
-                self.gateways[key] = fresh
+                self.gateways[key] = cached_copy(fresh)
                 if (fresh.get("metadata") or {}).get("generation") != gateway["metadata"].get(
                     "generation"
                 ):
@@ -364,6 +362,6 @@ class WaypointGateways(WaypointClasses):
                     return True
                 continue
             assert wrote.live is not None
-            self.gateways[key] = wrote.live
+            self.gateways[key] = cached_copy(wrote.live)
             return True
         return False
