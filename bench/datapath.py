@@ -55,44 +55,16 @@ from benchlib import cpu_seconds, proc_status_kib, quantile  # noqa: E402
 
 BEGIN = "<!-- datapath:begin (bench/datapath.py writes this section) -->"
 END = "<!-- datapath:end -->"
-SERVER_PORT = 8080
-
-
-def pod(name: str, image: str, args: Sequence[str], **spec: Any) -> dict[str, Any]:
-    """A sample-app pod on the real node."""
-    from ambient_devcluster.realmesh import app_container
-    from ambient_devcluster.realnode import NODE_NAME
-
-    return {
-        "metadata": {"name": name, "labels": {"app": name}},
-        "spec": {
-            "nodeName": NODE_NAME,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [app_container(image, {"args": list(args)})],
-            **spec,
-        },
-    }
 
 
 def pair_timings(core: Any, mesh: Any, namespace: str, requests: int) -> list[float]:
     """A server and its Service, then a client's request times in ms (the first left out)."""
-    from ambient_devcluster.harness import wait_for
-    from ambient_devcluster.realmesh import ready, run_to_end
+    from ambient_devcluster.realmesh import get_server, serve
 
     image = mesh.images["sample-app"]
-    core.create_namespaced_pod(namespace, pod("server", image, ["serve"]))
-    core.create_namespaced_service(
-        namespace,
-        {
-            "metadata": {"name": "server"},
-            "spec": {"selector": {"app": "server"}, "ports": [{"port": 80, "targetPort": 8080}]},
-        },
-    )
-    wait_for(lambda: ready(core.read_namespaced_pod("server", namespace)), 120, "server Ready")
-    url = f"http://server.{namespace}.svc.cluster.local/"
-    args = ["get", "-timings", "-count", str(requests + 1), url]
-    core.create_namespaced_pod(namespace, pod("client", image, args, restartPolicy="Never"))
-    phase, _, log = run_to_end(core, namespace, "client", 300).partition("\n")
+    serve(core, namespace, image)
+    args = ["-timings", "-count", str(requests + 1)]
+    phase, _, log = get_server(core, namespace, "client", image, args).partition("\n")
     if phase != "Succeeded":
         raise RuntimeError(f"the client in {namespace} ended {phase}: {log[-2000:]}")
     micros = [int(line) for line in log.split()]
@@ -106,7 +78,8 @@ def redirection_times(core: Any, mesh: Any, namespace: str, pods: int) -> list[d
     from kubernetes import watch
 
     from ambient_devcluster.harness import wait_for
-    from ambient_devcluster.realmesh import REDIRECTION
+    from ambient_devcluster.manifests import apply_objects
+    from ambient_devcluster.realmesh import REDIRECTION, app_pod
 
     image = mesh.images["sample-app"]
     seen: dict[str, dict[str, float]] = {}
@@ -131,7 +104,9 @@ def redirection_times(core: Any, mesh: Any, namespace: str, pods: int) -> list[d
     for i in range(pods):
         name = f"new-{i}"
         created = time.monotonic()
-        core.create_namespaced_pod(namespace, pod(name, image, ["serve"]))
+        body = app_pod(name, image, ["serve"])
+        body["metadata"]["namespace"] = namespace
+        apply_objects(core.api_client, [body])
         marks = wait_for(
             lambda n=name: m if len(m := seen.get(n, {})) == 2 else None,
             120,

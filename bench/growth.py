@@ -986,7 +986,9 @@ def rewrites(events: Iterable[Mapping[str, Any]]) -> list[str]:
         if verb not in WRITE_VERBS or ref.get("subresource") or not 200 <= code < 300:
             continue
         ident = (str(ref.get("resource")), str(ref.get("namespace", "")), str(ref.get("name", "")))
-        if verb == "create":
+        # The operator creates by a server-side apply that only a free name
+        # takes (apply/writer.py): a patch answered 201 is a create.
+        if verb == "create" or (verb == "patch" and code == 201):
             created.add(ident)
         elif ident in created:
             out.append(f"{verb} {ident[0]} {ident[1]}/{ident[2]}".replace(" /", " "))

@@ -120,10 +120,13 @@ def test_second_writes_are_those_after_a_create_of_the_same_object() -> None:
         _audit("patch", "services", "waypoint", "c", code=200),
         _audit("get", "deployments", "waypoint", "b", code=200),  # a read
         _audit("delete", "deployments", "waypoint", "b", code=200),  # a second write
+        _audit("patch", "daemonsets", "ztunnel", "istio-system", code=201),  # an apply's create
+        _audit("patch", "daemonsets", "ztunnel", "istio-system", code=200),  # a second write
     ]
     assert growth.rewrites(events) == [
         "patch deployments a/waypoint",
         "delete deployments b/waypoint",
+        "patch daemonsets istio-system/ztunnel",
     ]
 
 

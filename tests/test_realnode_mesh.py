@@ -30,10 +30,11 @@ from ambient_devcluster import ClusterError, LocalCluster, realmesh
 from ambient_devcluster.realmesh import (
     RealMesh,
     agent_pod,
-    app_container,
+    get_server,
     ready,
     real_mesh,
     remove_agents,
+    serve,
     ztunnel_count,
 )
 from ambient_devcluster.realnode import CNI_CONFLIST, RealNode
@@ -94,55 +95,15 @@ def _namespace(core: client.CoreV1Api, enrolled: bool) -> str:
     return name
 
 
-def _app(extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    return app_container(IMAGES["sample-app"], extra)
-
-
 def _server(core: client.CoreV1Api, namespace: str) -> client.V1Pod:
-    core.create_namespaced_pod(
-        namespace,
-        {
-            "metadata": {"name": "server", "labels": {"app": "server"}},
-            "spec": {
-                "nodeName": NODE,
-                "terminationGracePeriodSeconds": 1,
-                "containers": [_app()],
-            },
-        },
-    )
-    core.create_namespaced_service(
-        namespace,
-        {
-            "metadata": {"name": "server"},
-            "spec": {"selector": {"app": "server"}, "ports": [{"port": 80, "targetPort": 8080}]},
-        },
-    )
-    pod: client.V1Pod = wait_for(lambda: _ready_pod(core, namespace, "server"), 120, "server Ready")
+    pod: client.V1Pod = serve(core, namespace, IMAGES["sample-app"])
     return pod
 
 
 def _client(core: client.CoreV1Api, namespace: str, name: str, count: int = 3) -> list[str]:
     """Run a sample-app client pod that GETs the server's Service `count` times; its lines."""
-    url = f"http://server.{namespace}.svc.cluster.local/"
-    core.create_namespaced_pod(
-        namespace,
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "nodeName": NODE,
-                "restartPolicy": "Never",
-                "terminationGracePeriodSeconds": 1,
-                "containers": [_app({"args": ["get", "-count", str(count), url]})],
-            },
-        },
-    )
-
-    def finished() -> str | None:
-        phase = core.read_namespaced_pod(name, namespace).status.phase
-        return str(phase) if phase in ("Succeeded", "Failed") else None
-
-    phase = wait_for(finished, 120, f"{name} finished")
-    log = core.read_namespaced_pod_log(name, namespace)
+    args = ["-count", str(count)]
+    phase, _, log = get_server(core, namespace, name, IMAGES["sample-app"], args).partition("\n")
     assert phase == "Succeeded", log
     lines = log.strip().splitlines()
     assert len(lines) == count and all(x.startswith("server=server peer=") for x in lines), log

@@ -98,7 +98,7 @@ def real_mesh(
         layout = layouts / name
         if not (layout / "index.json").is_file():
             raise ClusterError(f"no {name} image at {layout}: run `make images`")
-        images[name] = node.import_layout(layout, REGISTRY)
+        images[name] = node.import_layout(layout, f"{REGISTRY}/{name}")
     # istiod's Deployment (the chart's, as a user installs it) runs on a kwok
     # node; the real istiod is the host process behind its Service.
     istiod = IstioControlPlane(
@@ -199,6 +199,50 @@ def ztunnel_count(pod_ip: str, metric: str, **labels: str) -> float:
 def app_container(image: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The sample app's container, from the node's own image store."""
     return {"name": "app", "image": image, "imagePullPolicy": "Never", **(extra or {})}
+
+
+def app_pod(name: str, image: str, args: list[str], **spec: Any) -> dict[str, Any]:
+    """A sample-app pod on the real node, labelled app=<name>."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "nodeName": NODE_NAME,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [app_container(image, {"args": args})],
+            **spec,
+        },
+    }
+
+
+def serve(core: client.CoreV1Api, namespace: str, image: str, timeout: float = 120) -> Any:
+    """The sample app's server pod and its Service `server` (port 80) in `namespace`;
+    the pod once Ready."""
+    pod = app_pod("server", image, ["serve"])
+    pod["metadata"]["namespace"] = namespace
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "server", "namespace": namespace},
+        "spec": {"selector": {"app": "server"}, "ports": [{"port": 80, "targetPort": 8080}]},
+    }
+    apply_objects(core.api_client, [pod, service])
+    return wait_for(
+        lambda: ready(core.read_namespaced_pod("server", namespace)), timeout, "server Ready"
+    )
+
+
+def get_server(
+    core: client.CoreV1Api, namespace: str, name: str, image: str, args: list[str]
+) -> str:
+    """Run a sample-app client pod `name` that GETs the Service `server` of its namespace
+    (`args` before the URL, e.g. ["-count", "3"]) to its end; its phase, a newline, its log."""
+    url = f"http://server.{namespace}.svc.cluster.local/"
+    pod = app_pod(name, image, ["get", *args, url], restartPolicy="Never")
+    pod["metadata"]["namespace"] = namespace
+    apply_objects(core.api_client, [pod])
+    return run_to_end(core, namespace, name)
 
 
 def run_to_end(core: client.CoreV1Api, namespace: str, name: str, timeout: float = 120) -> str:
