@@ -113,18 +113,43 @@ def test_a_namespace_label_change_is_keyed_by_its_namespace() -> None:
     state = ClusterState()
     record = _rows(state)["namespaces"]
     _taken(state)
+    # No full pass: the data plane's writes do not read an app's namespace.
     record(None, _namespace("shop", "1", **{"istio.io/dataplane-mode": "ambient"}))
-    assert _taken(state) == (True, True, True)
+    assert _taken(state) == (True, True, False)
     record(None, _namespace("shop", "2", **{"istio.io/dataplane-mode": "ambient"}))
     assert _taken(state) == (False, False, False)  # nothing but its resourceVersion
     # The same namespace again at once: folded by the spacing like other changes.
     record(None, _namespace("shop", "3", **{"istio.io/dataplane-mode": "ambinet"}))
-    assert _taken(state) == (True, False, True)
+    assert _taken(state) == (True, False, False)
     # Another namespace is a key of its own.
     record(None, _namespace("web", "4", **{"istio.io/dataplane-mode": "ambient"}))
-    assert _taken(state) == (True, True, True)
+    assert _taken(state) == (True, True, False)
     record("DELETED", _namespace("batch", "5"))
+    assert _taken(state) == (True, True, False)
+
+
+def test_a_full_pass_answers_the_agents_namespaces_alone() -> None:
+    state = ClusterState()
+    record = _rows(state)["namespaces"]
+    _taken(state)
+    # spec.namespace, its default while no mesh is known: whether the agents may go there.
+    record(None, _namespace("istio-system", "1"))
     assert _taken(state) == (True, True, True)
+    state.mesh = {"metadata": {"name": "default"}, "spec": {"namespace": "mesh-agents"}}
+    record(None, _namespace("istio-system", "2", team="a"))
+    assert _taken(state)[2] is False
+    record(None, _namespace("mesh-agents", "3"))
+    assert _taken(state)[2] is True
+    # A namespace holding one of our objects (the agents a move leaves behind).
+    state.owned[("v1", "ServiceAccount", "old-agents", "ztunnel")] = {}
+    record(None, _namespace("old-agents", "4"))
+    assert _taken(state)[2] is True
+    # The namespace the last pass refused.
+    state.refused_namespace = "typo-system"
+    record(None, _namespace("typo-system", "5"))
+    assert _taken(state)[2] is True
+    record(None, _namespace("shop", "6"))
+    assert _taken(state)[2] is False
 
 
 def test_a_node_change_is_keyed_by_its_platform() -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from ambient_operator.api import constants as c
 from ambient_operator.api.constants import LABEL_CONTROLLER
+from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.cluster.enrollment import EnrollmentTally
 from ambient_operator.kube.resources import ObjectKey, key_of, resource_version
 
@@ -179,6 +180,23 @@ class ClusterState:
             self.keyed_at = {k: t for k, t in self.keyed_at.items() if now - t < KEY_QUIET_SECONDS}
         self.keyed_at[key] = now
         return True
+
+    def namespace_read_by_writes(self, name: str) -> bool:
+        """Whether a change of namespace `name` needs a full data-plane pass.
+
+        It does when the namespace is spec.namespace (its entry decides
+        whether the agents may be written there at all: missing, being
+        deleted, refused), or holds objects of ours (the agents a move
+        leaves behind, which are pruned only in a namespace that can take
+        the deletes). Render reads no namespace; enrollment is tallied and
+        status.revisions counts its own inputs, so for any other namespace
+        a status-only pass is the whole answer.
+        """
+        spec = (self.mesh or {}).get("spec") or {}
+        target = spec.get("namespace") or AmbientMeshSpec.model_fields["namespace"].default
+        if name in (target, self.refused_namespace):
+            return True
+        return any(key[2] == name for key in self.owned)
 
     def resync(self) -> None:
         """The periodic resync is due: a full pass, and every namespace checked."""

@@ -217,10 +217,10 @@ def state_watches(state: ClusterState, owned_kinds: Sequence[tuple[str, str]]) -
             state.revision_changes += 1
         # Keyed: its Events (the namespace checks judge this namespace alone),
         # its enrollment tally and the status lines it moves are news the user
-        # waits for. The data plane's pass is full: spec.namespace's entry (or
-        # a namespace the agents move from) decides what may be written, and
-        # the labels of any other cost that pass no node read and no render.
-        state.poke(key=f"namespace/{name}")
+        # waits for, and a status-only pass of the data plane answers them.
+        # A full pass only where what the data plane writes reads the
+        # namespace (ClusterState.namespace_read_by_writes).
+        state.poke(key=f"namespace/{name}", status=not state.namespace_read_by_writes(name))
 
     def forget_namespace(key: Key) -> None:
         if key[1] in state.namespaces:
