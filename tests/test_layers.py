@@ -150,3 +150,19 @@ def test_the_shipped_package_holds_no_dev_cluster() -> None:
     # The local cluster is a development tool (hack/devcluster), not part of the wheel.
     assert not (PACKAGE / "devcluster").exists()
     assert not [m for m in _modules() if "devcluster" in m]
+
+
+# A controller is thin (gather facts, render, apply, status): one that outgrows
+# this has grown a decision that belongs to a lower layer, or steps that want a
+# module of their own.
+CONTROLLER_LINES = 400
+
+
+def test_no_controller_module_is_over_400_lines() -> None:
+    sizes = {
+        str(path.relative_to(PACKAGE)): len(path.read_text().splitlines())
+        for path in sorted((PACKAGE / "controllers").rglob("*.py"))
+    }
+    assert "controllers/dataplane.py" in sizes  # the walk found the controllers
+    over = {name: lines for name, lines in sizes.items() if lines > CONTROLLER_LINES}
+    assert over == {}

@@ -311,6 +311,9 @@ IDLE_AFTER = 2.0  # seconds without a pass: the loop is idle, a change goes at o
 URGENT_BURST = 5  # urgent passes that may run back to back before spacing starts
 GAPS = (0.5, 1.0, 2.0, 4.0)  # "0.5 s doubling to 5 s"
 MAX_GAP = 5.0
+# A keyed change (a node's platform, a namespace) goes at once, each key at most
+# once in this long: the burst's one platform adds one such pass per span.
+KEY_QUIET = 2.0
 _PASS = re.compile(
     r"^\[(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\].*reconcile pass: "
     r"urgent=\w+ waited=(?P<waited>[0-9.]+)s took=(?P<took>[0-9.]+)s"
@@ -337,7 +340,8 @@ def _pacing_allowance(passes: list[tuple[datetime, datetime, datetime]]) -> int:
 
     A busy period starts when a change wakes a loop idle for IDLE_AFTER; in it
     URGENT_BURST urgent passes may go back to back, each later urgent pass may
-    skip the spacing only IDLE_AFTER after the previous urgent one, and every
+    skip the spacing only IDLE_AFTER after the previous urgent one, the nodes'
+    one platform may go at once again KEY_QUIET after it last did, and every
     other pass waits a gap that doubles from 0.5 s to 5 s.
     """
     periods: list[float] = []
@@ -356,7 +360,8 @@ def _pacing_allowance(passes: list[tuple[datetime, datetime, datetime]]) -> int:
                 break
             waited += gap
             spaced += 1
-        total += 1 + URGENT_BURST + math.floor(length / IDLE_AFTER) + spaced
+        keyed = 1 + math.floor(length / KEY_QUIET)
+        total += 1 + URGENT_BURST + math.floor(length / IDLE_AFTER) + keyed + spaced
     return total
 
 

@@ -15,6 +15,12 @@ DATAPLANE_PASSES = Counter(
     "built again, when only pods or our objects' status changed since the last full pass).",
     ["kind"],
 )
+LOOP_PASSES = Counter(
+    "ambient_operator_loop_passes_total",
+    "Passes begun by each reconcile loop; keyed: a keyed change (a Gateway, a namespace's "
+    "labels, a node's platform) woke it, and it skipped the spacing under churn.",
+    ["loop", "keyed"],
+)
 RECONCILE_ERRORS = Counter(
     "ambient_operator_reconcile_errors_total",
     "Reconciles that ended in an error, by controller and reason.",

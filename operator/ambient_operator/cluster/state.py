@@ -9,17 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ambient_operator.api import constants as c
 from ambient_operator.api.constants import LABEL_CONTROLLER
+from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.cluster.enrollment import EnrollmentTally
 from ambient_operator.kube.resources import ObjectKey, key_of, resource_version
 
 SIDECAR_STATUS_ANNOTATION = "sidecar.istio.io/status"
 SIDECAR_INJECT_LABEL = "sidecar.istio.io/inject"
+# A key keyed again within this long of its last keyed change is folded by
+# the loop's spacing like other changes (ClusterState.poke); the same span as
+# runtime/pacing.py's IDLE_AFTER_SECONDS, after which any urgent change goes.
+KEY_QUIET_SECONDS = 2.0
+# How many keys' times are kept before those older than the quiet span are dropped.
+KEYS_KEPT = 1024
 # The agents' component labels, mapped to one shared string per agent.
 AGENTS = {"ztunnel": "ztunnel", "istio-cni": "istio-cni"}
 
@@ -117,9 +125,12 @@ class ClusterState:
     # revision tags, Gateways, namespaces' istio.io/rev): equal counts, equal
     # revisions (controllers/dataplane.py keeps the last answer).
     revision_changes: int = 0
-    # The data plane's passes are not per key: no change of it is keyed
-    # (runtime/pacing.py); the loop's Trigger reads it.
+    # Whether a pending change is keyed (runtime/pacing.py): news a user waits
+    # for about one key, a namespace's labels or a node's platform, which goes
+    # at once however busy the loop. The loop's Trigger reads it and clears it.
     keyed: bool = False
+    # When each key was last keyed (time.monotonic()), while within KEY_QUIET_SECONDS.
+    keyed_at: dict[str, float] = field(default_factory=dict)
     # spec.namespace when the data plane refused it in its last pass (missing,
     # being deleted, or not granted to the operator): nothing may be written
     # there, istiod's waypoint class defaults included. None when accepted.
@@ -130,12 +141,15 @@ class ClusterState:
     # is handed to the loop, or the loop might not wake up until other I/O does.
     loop: asyncio.AbstractEventLoop | None = None
 
-    def poke(self, urgent: bool = True, *, status: bool = False) -> None:
+    def poke(self, urgent: bool = True, *, status: bool = False, key: str | None = None) -> None:
         """Ask the reconcile loop to run: soon when urgent, else within seconds.
 
         `status` says the change is status news only (a pod, one of our
         objects' status, the webhook's miss count), which a status-only pass
         of the data plane answers; any other change makes the next pass full.
+        `key` names what changed when a user waits for it (`namespace/<name>`,
+        `platform/<os>/<build>`): the pass goes at once, however busy the
+        loop, unless the same key went so within KEY_QUIET_SECONDS.
         """
         loop = self.loop
         if loop is not None and not loop.is_closed():
@@ -144,11 +158,45 @@ class ClusterState:
             except RuntimeError:
                 running = None
             if running is not loop:
-                loop.call_soon_threadsafe(functools.partial(self.poke, urgent, status=status))
+                poke = functools.partial(self.poke, urgent, status=status, key=key)
+                loop.call_soon_threadsafe(poke)
                 return
         self.urgent = self.urgent or urgent
         self.full_pass_due = self.full_pass_due or not status
+        if key is not None and self.key_goes_now(key, time.monotonic()):
+            self.keyed = True
         self.trigger.set()
+
+    def key_goes_now(self, key: str, now: float) -> bool:
+        """Whether a change of `key` is keyed: not when the key was, less than
+        KEY_QUIET_SECONDS ago. A burst on one key (200 nodes joining one
+        platform, a label flipped back and forth) is then folded by the loop's
+        spacing, as before keys; another key still goes at once."""
+        last = self.keyed_at.get(key)
+        if last is not None and now - last < KEY_QUIET_SECONDS:
+            return False
+        if len(self.keyed_at) >= KEYS_KEPT:
+            # Only keys within the quiet time matter: the rest are forgotten.
+            self.keyed_at = {k: t for k, t in self.keyed_at.items() if now - t < KEY_QUIET_SECONDS}
+        self.keyed_at[key] = now
+        return True
+
+    def namespace_read_by_writes(self, name: str) -> bool:
+        """Whether a change of namespace `name` needs a full data-plane pass.
+
+        It does when the namespace is spec.namespace (its entry decides
+        whether the agents may be written there at all: missing, being
+        deleted, refused), or holds objects of ours (the agents a move
+        leaves behind, which are pruned only in a namespace that can take
+        the deletes). Render reads no namespace; enrollment is tallied and
+        status.revisions counts its own inputs, so for any other namespace
+        a status-only pass is the whole answer.
+        """
+        spec = (self.mesh or {}).get("spec") or {}
+        target = spec.get("namespace") or AmbientMeshSpec.model_fields["namespace"].default
+        if name in (target, self.refused_namespace):
+            return True
+        return any(key[2] == name for key in self.owned)
 
     def resync(self) -> None:
         """The periodic resync is due: a full pass, and every namespace checked."""

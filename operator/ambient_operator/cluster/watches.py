@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ambient_operator.api import constants as c
-from ambient_operator.cluster.facts import node_os
+from ambient_operator.cluster.facts import node_os, windows_build
 from ambient_operator.cluster.revisions import LABEL_TAG, TAG_WEBHOOK_PREFIX
 from ambient_operator.cluster.state import ClusterState
 from ambient_operator.kube.resources import KINDS, Kind, cached_copy, key_of
@@ -155,6 +155,20 @@ def heartbeat_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     return True
 
 
+def platform_key(node: Mapping[str, Any]) -> str:
+    """The key of a node's platform for the loop (`platform/<os>/<Windows build>`).
+
+    The build as render tells it (cluster/facts.py): the label, else the kernel version.
+    """
+    os_name = node_os(node) or "linux"
+    build = ""
+    if os_name == "windows":
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        info = (node.get("status") or {}).get("nodeInfo") or {}
+        build = labels.get(c.LABEL_WINDOWS_BUILD) or windows_build(info.get("kernelVersion")) or ""
+    return f"platform/{os_name}/{build}"
+
+
 def namespace_entry(ns: Mapping[str, Any]) -> dict[str, Any]:
     """What the caches keep of a Namespace: identity, labels, and whether it is going away."""
     meta = ns.get("metadata") or {}
@@ -208,12 +222,18 @@ def state_watches(state: ClusterState, owned_kinds: Sequence[tuple[str, str]]) -
     def forget_crd(_key: Key) -> None:
         state.mesh_crd = None
 
+    # A node's arrival, departure or change (of what render reads) is keyed by
+    # its platform: the user waits for its verdict, its placement and its
+    # platform's agents. The data plane's pass is full, as it must be: render
+    # reads the nodes. It costs the node and its platform: only a changed
+    # node's facts are read again (PerNode), only a platform whose inputs
+    # changed is rendered again (RenderMemo), only what differs is written.
     def record_node(event: str | None, body: Mapping[str, Any]) -> None:
         name = _name(body)
         if event == "DELETED":
-            state.nodes.pop(name, None)
+            old = state.nodes.pop(name, None)
             state.tally.node(name, None)
-            state.poke()
+            state.poke(key=platform_key(old or body))
             return
         old = state.nodes.get(name)
         if old is not None and heartbeat_only(old, body):
@@ -223,7 +243,7 @@ def state_watches(state: ClusterState, owned_kinds: Sequence[tuple[str, str]]) -
         if old is None or node_shape(old) != node_shape(node):
             # Enrollment counts a pod without an OS of its own by its node's.
             state.tally.node(name, node_os(node) or "linux")
-            state.poke()
+            state.poke(key=platform_key(node))
 
     def forget_node(key: Key) -> None:
         if key[1] in state.nodes:
@@ -245,7 +265,12 @@ def state_watches(state: ClusterState, owned_kinds: Sequence[tuple[str, str]]) -
         revision = (labels or {}).get(c.LABEL_REVISION)
         if revision != ((old or {}).get("labels") or {}).get(c.LABEL_REVISION):
             state.revision_changes += 1
-        state.poke()
+        # Keyed: its Events (the namespace checks judge this namespace alone),
+        # its enrollment tally and the status lines it moves are news the user
+        # waits for, and a status-only pass of the data plane answers them.
+        # A full pass only where what the data plane writes reads the
+        # namespace (ClusterState.namespace_read_by_writes).
+        state.poke(key=f"namespace/{name}", status=not state.namespace_read_by_writes(name))
 
     def forget_namespace(key: Key) -> None:
         if key[1] in state.namespaces:

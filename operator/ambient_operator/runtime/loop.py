@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ambient_operator.api import metrics
 from ambient_operator.runtime.pacing import Pacer
 
 log = logging.getLogger(__name__)
@@ -85,10 +86,13 @@ class ReconcileLoop:
                 self.pacer.idle_until(woke)
             await self._settle()
             urgent, self.source.urgent = self.source.urgent, False
-            self.source.keyed = False
+            keyed, self.source.keyed = self.source.keyed, False
             if not self.leading():
                 continue  # the elector pokes the loop when this replica takes over
             started = loop.time()
+            # Counted as it begins: a test reads what a pass did (an Event, a
+            # status line) while it runs, and knows which passes had begun.
+            metrics.LOOP_PASSES.labels(loop=self.name, keyed=str(keyed).lower()).inc()
             try:
                 await self.work()
             except asyncio.CancelledError:
@@ -105,11 +109,12 @@ class ReconcileLoop:
                 # change seems ignored, this tells whether a pass ran, and what
                 # it waited for.
                 log.info(
-                    "%s pass: urgent=%s waited=%.3fs took=%.3fs %s",
+                    "%s pass: urgent=%s waited=%.3fs took=%.3fs keyed=%s %s",
                     self.name,
                     urgent,
                     started - woke,
                     ended - started,
+                    keyed,
                     self.describe(),
                 )
 
