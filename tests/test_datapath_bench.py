@@ -54,3 +54,11 @@ def test_the_section_goes_between_its_own_markers() -> None:
     assert growth.block_of(spliced) == growth_block
     assert growth.block_of(spliced, datapath.BEGIN, datapath.END) == block
     assert "old" not in spliced
+
+
+def test_a_faster_enrolled_pair_is_explained() -> None:
+    assert "A negative difference" not in datapath.section(RESULTS)
+    flipped = {**RESULTS, "latency_ms": {"enrolled": [0.5], "plain": [1.0]}}
+    block = datapath.section(flipped)
+    assert "| request on a new connection, p50 (n=1) | 0.50 ms | 1.00 ms | -0.50 ms |" in block
+    assert "A negative difference is ztunnel saving more than it costs" in block
