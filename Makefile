@@ -94,8 +94,11 @@ cluster-up: venv bins
 cluster-down: venv
 	$(PY) -m ambient_devcluster down --state-dir $(CLUSTER_STATE)
 
+# The simulated mixed cluster, then the real node's part (REAL_NODE=0 leaves it out):
+# Istio's Linux agents for real pods, run by the operator's image.
 demo: venv bins
-	$(PY) hack/demo.py
+	$(if $(filter 1,$(REAL_NODE)),$(PY) -m ambient_images --only ambient-operator,ztunnel,install-cni,sample-app,pause)
+	$(PY) hack/demo.py $(if $(filter 1,$(REAL_NODE)),,--no-real-node)
 
 # Every benchmark on private local clusters (the better part of an hour on 2 cores):
 # a table, charts in bench/out/, and docs/performance.md.

@@ -6,9 +6,16 @@ API CRDs, installs Istio from its own charts (base and istiod, profile
 ambient) and runs the real istiod out of cluster, runs the operator, enrolls
 a namespace with Linux and Windows workloads, creates a waypoint and a 50/50
 HTTPRoute, prints what runs where and why -- and what istiod itself makes of
-it -- and stops everything. Nothing here sends real traffic: the pods are
-simulated, so the report shows placement, status, admission decisions and
-istiod's ambient index.
+it -- and stops everything. Nothing in that part sends real traffic: the
+pods are simulated, so the report shows placement, status, admission
+decisions and istiod's ambient index.
+
+Then the real node (unless --no-real-node): a second control plane whose
+dev cluster runs a real Linux node beside kwok's simulated Linux and Windows
+nodes; the operator installed by `helm install` from its image runs there,
+with Istio's Linux agents (ztunnel, istio-cni) built by `make images`. An
+enrolled pair of pods talks through ztunnel (ztunnel's own mutual-TLS count
+rises) and a plain pair past it (the count stays). Needs root.
 """
 
 from __future__ import annotations
@@ -248,10 +255,96 @@ def istio_report(api: client.ApiClient, istio: IstioControlPlane) -> None:
     print("=" * 78)
 
 
+def real_node_act(workdir: Path) -> int:
+    """The real node: the operator's image installed by Helm runs Istio's Linux
+    agents for real pods, and an enrolled pair talks mutual TLS through ztunnel."""
+    from ambient_devcluster.realmesh import (
+        DATAPLANE_MODE,
+        REDIRECTION,
+        agents,
+        get_server,
+        real_mesh,
+        serve,
+        ztunnel_count,
+    )
+    from ambient_devcluster.realnode import NODE_NAME, RealNode
+
+    say(
+        "the real node: a second local control plane, with a real Linux node (containerd, "
+        "runc, the kubelet) beside kwok's simulated Linux and Windows nodes"
+    )
+    bin_dir = default_bin_dir()
+    with LocalCluster(workdir / "cluster", bin_dir=bin_dir) as cluster:
+        api = api_client_for(cluster.kubeconfig)
+        kubectl = [str(cluster.binary("kubectl")), "--kubeconfig", str(cluster.kubeconfig)]
+        create_nodes(api, SAMPLES / "nodes-mixed.yaml", timeout=120)
+        apply_dirs(api, [ROOT / "crds", ROOT / ".cache" / "gateway-api" / "v1.6"], timeout=120)
+        apply_objects(api, [cluster_dns_service()])
+        say("starting the real node; then istiod, `helm install` of our chart, the AmbientMesh")
+        with (
+            RealNode(cluster, bin_dir=bin_dir) as node,
+            real_mesh(cluster, node, workdir, bin_dir, ROOT / ".cache" / "images") as mesh,
+        ):
+            core = mesh.core
+            _, ztunnel = agents(core)
+            print("\n" + "=" * 78)
+            print("Nodes (kubectl get nodes -L node.kubernetes.io/windows-build)")
+            nodes = [*kubectl, "get", "nodes", "-L", "node.kubernetes.io/windows-build"]
+            print(subprocess.run(nodes, check=True, capture_output=True, text=True).stdout)
+            print(f"Pods on the real node {NODE_NAME} (the operator from its image, the agents)")
+            pods = [*kubectl, "get", "pods", "-A", "-o", "wide"]
+            pods += ["--field-selector", f"spec.nodeName={NODE_NAME}"]
+            print(subprocess.run(pods, check=True, capture_output=True, text=True).stdout)
+            image = mesh.images["sample-app"]
+            for kind, labels in (("enrolled", {DATAPLANE_MODE: "ambient"}), ("plain", {})):
+                ns = f"demo-{kind}"
+                apply_objects(
+                    api,
+                    [{"apiVersion": "v1", "kind": "Namespace",
+                      "metadata": {"name": ns, "labels": labels}}],
+                )  # fmt: skip
+                wait(
+                    "the default ServiceAccount",
+                    lambda n=ns: core.read_namespaced_service_account("default", n),
+                )
+                serve(core, ns, image)
+
+                def opened(n: str = ns) -> float:
+                    return ztunnel_count(
+                        ztunnel.status.pod_ip,
+                        "istio_tcp_connections_opened_total",
+                        reporter="destination",
+                        connection_security_policy="mutual_tls",
+                        destination_workload_namespace=n,
+                    )
+
+                before = opened()
+                phase, _, log = get_server(core, ns, "client", image, ["-count", "3"]).partition(
+                    "\n"
+                )
+                after = opened()
+                server = core.read_namespaced_pod("server", ns)
+                mark = (server.metadata.annotations or {}).get(REDIRECTION, "(none)")
+                print(f"{kind} pair in namespace {ns} (labels {labels or 'none'}):")
+                print(f"  server's {REDIRECTION}: {mark}")
+                print(f"  client {phase}: " + " | ".join(log.strip().splitlines()))
+                print(
+                    f"  ztunnel's istio_tcp_connections_opened_total (mutual_tls, into {ns}): "
+                    f"{before:.0f} -> {after:.0f}"
+                )
+            print("=" * 78)
+    return 0
+
+
 def main() -> int:
     """Run the demo end to end."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workdir", default=str(ROOT / ".cache" / "demo"))
+    parser.add_argument(
+        "--no-real-node",
+        action="store_true",
+        help="leave out the real node's part (it needs root and `make images`)",
+    )
     args = parser.parse_args()
     workdir = Path(args.workdir)
     shutil.rmtree(workdir, ignore_errors=True)
@@ -361,6 +454,8 @@ def main() -> int:
                 say("the operator exited early; see .cache/demo/operator.log")
                 return 1
         say("stopping the operator and the control plane")
+    if not args.no_real_node and real_node_act(workdir / "real") != 0:
+        return 1
     say(f"done in {time.monotonic() - started:.0f}s")
     return 0
 
