@@ -464,3 +464,26 @@ def test_cli_up_and_down(tmp_path: Path) -> None:
     assert not pid_alive(daemon_pid)
     assert not any(pid_alive(p) for p in components)
     assert not (state / "daemon.pid").exists()
+
+
+def test_a_closed_forwarder_gives_its_port_back() -> None:
+    """The real node's forwarders (RealNode.expose) listen on fixed ports (the API
+    server's 6443 on the node's address): once closed, the next node, in another
+    process, must be able to bind the same port, even while this process lives on."""
+    import socket
+
+    from ambient_devcluster.realnode import TcpForwarder
+
+    forwarder = TcpForwarder(("127.0.0.1", 0), ("127.0.0.1", 9))
+    port = forwarder.address[1]
+    tid = forwarder._acceptor.native_id
+    # Barrier: the accept thread is blocked in accept4 (x86-64 syscall 288) or
+    # accept (43), where a plain close() of its socket does not reach it.
+    wait_for(
+        lambda: Path(f"/proc/self/task/{tid}/syscall").read_text().split()[0] in ("288", "43"),
+        10,
+        "the forwarder's thread in accept()",
+    )
+    forwarder.close()
+    again = socket.create_server(("127.0.0.1", port))
+    again.close()

@@ -428,26 +428,20 @@ class NoRequests:
 
 
 class Recording(NoRequests):
-    """Answers the two requests of a first creation (POST, then the field-manager patch)."""
+    """Answers a creation's one request: a server-side apply that only a free name takes."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
-    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        self.calls.append(("create", copy.deepcopy(obj)))
+    def apply(self, obj: dict[str, Any], *, force: bool = True) -> dict[str, Any]:
+        self.calls.append(("apply", copy.deepcopy(obj)))
         created = copy.deepcopy(obj)
         created["metadata"].update(
             uid="uid-new",
-            resourceVersion="1",
-            managedFields=[{"manager": c.FIELD_MANAGER, "operation": "Update"}],
+            resourceVersion="2",
+            managedFields=[{"manager": c.FIELD_MANAGER, "operation": "Apply"}],
         )
         return created
-
-    def merge_patch(
-        self, kind: Any, name: str, namespace: str | None, patch: dict[str, Any]
-    ) -> dict[str, Any]:
-        self.calls.append(("merge_patch", {"name": name, "namespace": namespace, **patch}))
-        return {"metadata": {"name": name, "namespace": namespace, "resourceVersion": "2"}}
 
 
 def _sample_daemonset(name: str) -> dict[str, Any]:
@@ -499,8 +493,11 @@ def test_write_lets_a_rendered_daemonset_through(name: str) -> None:
     ds = _sample_daemonset(name)
     kube = Recording()
     writer.write(cast(Kube, kube), ds, None, MESH_OWNER)
-    assert [call for call, _ in kube.calls] == ["create", "merge_patch"]
-    assert kube.calls[0][1] == ds
+    assert [call for call, _ in kube.calls] == ["apply"]
+    # The object as rendered, with the precondition no stored object meets.
+    sent = kube.calls[0][1]
+    assert sent["metadata"].pop("resourceVersion") == "1"
+    assert sent == ds
 
 
 def test_write_lets_a_rendered_waypoint_deployment_through() -> None:
@@ -509,7 +506,7 @@ def test_write_lets_a_rendered_waypoint_deployment_through() -> None:
     owner = Owner(c.GATEWAY_API_VERSION, "Gateway", "waypoint", "uid-gw")
     kube = Recording()
     writer.write(cast(Kube, kube), prepare(deployment, owner, "waypoints"), None, owner)
-    assert [call for call, _ in kube.calls] == ["create", "merge_patch"]
+    assert [call for call, _ in kube.calls] == ["apply"]
     assert kube.calls[0][1]["kind"] == "Deployment"
 
 

@@ -248,7 +248,10 @@ class TcpForwarder:
         self._conns: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._closed = False
-        threading.Thread(target=self._accept, name=f"forward-{listen}", daemon=True).start()
+        self._acceptor = threading.Thread(
+            target=self._accept, name=f"forward-{listen}", daemon=True
+        )
+        self._acceptor.start()
 
     def _accept(self) -> None:
         while True:
@@ -287,7 +290,15 @@ class TcpForwarder:
         with self._lock:
             self._closed = True
             conns, self._conns = self._conns, set()
+        # close() alone leaves the socket listening while the accept thread is
+        # blocked in accept(): the port stays taken for as long as this
+        # process lives, and the next node (another test worker) cannot bind it.
+        # shutdown() wakes that accept() first.
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)
         self._server.close()
+        # The kernel lets go of the port once that accept() has returned.
+        self._acceptor.join(timeout=10)
         for conn in conns:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
@@ -593,17 +604,22 @@ class RealNode:
                 proc = self._procs.get(name)
                 if proc is not None:
                     proc.stop(15)
-            for forwarder in self._forwarders:
-                forwarder.close()
-            self._forwarders = []
+            self._close_forwarders()
             leftovers = sweep(self.dir, _read_state())
             with contextlib.suppress(FileNotFoundError):
                 STATE_FILE.unlink()
             if leftovers:
                 raise RealNodeError(f"the real node left behind: {'; '.join(leftovers)}")
         finally:
+            # Even when a step above failed: the next node binds the same ports.
+            self._close_forwarders()
             self._started = False
             self._release_lock()
+
+    def _close_forwarders(self) -> None:
+        forwarders, self._forwarders = self._forwarders, []
+        for forwarder in forwarders:
+            forwarder.close()
 
     # -------------------------------------------------------------- internals
 
