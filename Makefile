@@ -9,7 +9,7 @@ CLUSTER_STATE ?= .cache/cluster
 # pause image of `make images`); REAL_NODE=0 leaves it out.
 REAL_NODE ?= 1
 
-.PHONY: all venv bins images test-tools lint typecheck test demo cluster-up cluster-down crd docs krew bench bench-datapath bench-growth clean
+.PHONY: all venv bins images test-tools lint typecheck test demo cluster-up cluster-down crd docs krew bench bench-cold bench-datapath bench-growth clean
 
 all: test
 
@@ -111,6 +111,11 @@ bench: venv bins
 bench-datapath: venv bins
 	$(PY) -m ambient_images --only ambient-operator,ztunnel,install-cni,sample-app,pause
 	$(PY) bench/datapath.py
+
+# A cold `make test` in a fresh clone with every cache empty, timed phase by phase (wall and
+# CPU; docs/images.md). BUILDS_ONLY=1 stops before pytest.
+bench-cold: venv
+	$(PY) bench/cold_test.py $(if $(filter 1,$(BUILDS_ONLY)),--builds-only)
 
 # How cost grows with the cluster (S, M, L beside istiod and a floor; about 25 minutes
 # on 2 cores): charts in bench/out/growth/ and docs/growth/, a section of docs/performance.md.
