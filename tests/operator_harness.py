@@ -9,19 +9,23 @@ this module keeps the names the tests import.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from kubernetes import client
 
-from ambient_devcluster import LocalCluster
+from ambient_devcluster import LocalCluster, default_bin_dir, install_istiod_objects
 from ambient_devcluster.harness import (
     OPERATOR_USER,
     WRITE_VERBS,
     AuditLog,
     OperatorProcess,
+    condition,
     free_port,
+    get_mesh,
     wait_for,
     webhook_args,
 )
@@ -37,6 +41,7 @@ __all__ = [
     "free_port",
     "full_passes",
     "full_passes_finished",
+    "sample_mesh_operator",
     "webhook_args",
 ]
 
@@ -104,3 +109,22 @@ def full_passes_finished(
             timeout,
             f"a full data-plane pass after touch {touch + 1} of {n + 1}",
         )
+
+
+@contextlib.contextmanager
+def sample_mesh_operator(
+    cluster: LocalCluster, api: client.ApiClient, workdir: Path, timeout: float = 60.0
+) -> Iterator[RunningOperator]:
+    """The operator, with istiod's chart objects and the sample mesh Reconciled (the
+    resync left at its 300 s); on the way out, its log holds no traceback."""
+    install_istiod_objects(api, default_bin_dir(), "istio-system")
+    apply_sample_mesh(cluster)
+    op = RunningOperator(cluster, workdir)
+    with op.running():
+        wait_for(
+            lambda: condition(get_mesh(api), "Reconciled").get("status") == "True",
+            timeout,
+            "the sample mesh Reconciled",
+        )
+        yield op
+    assert "Traceback" not in op.log_text(), op.log_text()[-4000:]

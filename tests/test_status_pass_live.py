@@ -17,10 +17,10 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from ambient_devcluster import LocalCluster, install_istiod_objects
-from ambient_devcluster.harness import condition, get_mesh
-from conftest import BIN_DIR, unique_name, wait_for
-from operator_harness import RunningOperator, apply_sample_mesh
+from ambient_devcluster import LocalCluster
+from ambient_devcluster.harness import get_mesh
+from conftest import unique_name, wait_for
+from operator_harness import RunningOperator, sample_mesh_operator
 
 PASSES = "ambient_operator_dataplane_passes_total"
 REDIRECTION = "ambient.istio.io/redirection"
@@ -35,17 +35,8 @@ def operator(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[RunningOperator]:
     """The operator, with the sample mesh Reconciled (the resync is left at its 300 s)."""
-    install_istiod_objects(k8s, BIN_DIR, "istio-system")
-    apply_sample_mesh(cluster)
-    op = RunningOperator(cluster, tmp_path_factory.mktemp("operator"))
-    with op.running():
-        wait_for(
-            lambda: condition(get_mesh(k8s), "Reconciled").get("status") == "True",
-            60,
-            "the sample mesh Reconciled",
-        )
+    with sample_mesh_operator(cluster, k8s, tmp_path_factory.mktemp("operator"), 60) as op:
         yield op
-    assert "Traceback" not in op.log_text(), op.log_text()[-4000:]
 
 
 def _pod(name: str, redirection: str | None = None) -> dict[str, Any]:

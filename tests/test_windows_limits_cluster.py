@@ -21,10 +21,14 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from ambient_devcluster import LocalCluster, install_istiod_objects
-from ambient_devcluster.harness import condition, get_mesh, set_mesh_spec
-from conftest import BIN_DIR, namespaces_settled, unique_name, wait_for
-from operator_harness import RunningOperator, apply_sample_mesh, full_passes_finished
+from ambient_devcluster import LocalCluster
+from ambient_devcluster.harness import get_mesh, set_mesh_spec
+from conftest import namespaces_settled, unique_name, wait_for
+from operator_harness import (
+    RunningOperator,
+    full_passes_finished,
+    sample_mesh_operator,
+)
 
 NODE = "win2022-1"
 REASON = "WindowsPodLimitExceeded"
@@ -40,17 +44,8 @@ def operator(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[RunningOperator]:
     """The operator, with the sample mesh Reconciled."""
-    install_istiod_objects(k8s, BIN_DIR, "istio-system")
-    apply_sample_mesh(cluster)
-    op = RunningOperator(cluster, tmp_path_factory.mktemp("operator"))
-    with op.running():
-        wait_for(
-            lambda: condition(get_mesh(k8s), "Reconciled").get("status") == "True",
-            TIMEOUT,
-            "the sample mesh Reconciled",
-        )
+    with sample_mesh_operator(cluster, k8s, tmp_path_factory.mktemp("operator"), TIMEOUT) as op:
         yield op
-    assert "Traceback" not in op.log_text(), op.log_text()[-4000:]
 
 
 def _enrolled_on_node(k8s: client.ApiClient) -> int:
