@@ -199,6 +199,30 @@ def _create(kube: Kube, obj: Mapping[str, Any]) -> dict[str, Any]:
     return kube.apply(body, force=True)
 
 
+def _create_or_find(
+    kube: Kube,
+    obj: Mapping[str, Any],
+    refusal: Callable[[Mapping[str, Any] | None], str | None],
+) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """Create `obj` in one request: (the object, the object). When something holds its
+    name already (our cache had not seen it, or another replica of ours made it
+    meanwhile), (None, that holder) once `refusal` lets it through; refused, a
+    NameConflictError."""
+    try:
+        created = _create(kube, obj)
+        return created, created
+    except KubeError as exc:
+        if exc.status != 409:
+            raise
+    live = _read(kube, obj)
+    why = refusal(live)
+    if why is not None:
+        raise NameConflictError(why)
+    if live is None:
+        raise KubeError(409, "Conflict", f"{describe(obj)} changed while we wrote it")
+    return None, live
+
+
 @patient
 def write(
     kube: Kube,
@@ -231,18 +255,9 @@ def write(
     if why is not None:
         raise NameConflictError(why)
     if live is None:
-        try:
-            return _create(kube, obj)
-        except KubeError as exc:
-            if exc.status != 409:
-                raise
-        # Somebody holds the name already (our cache had not seen it).
-        live = _read(kube, obj)
-        why = refusal(live)
-        if why is not None:
-            raise NameConflictError(why)
-        if live is None:
-            raise KubeError(409, "Conflict", f"{describe(obj)} changed while we wrote it")
+        created, live = _create_or_find(kube, obj, refusal)
+        if created is not None:
+            return created
     taking = takeover is not None and conflict(live, owner) is not None
     helm = helm_managers(live) if taking else frozenset()
     if taking or _as_applied(list(live["metadata"].get("managedFields") or [])) is not None:
@@ -324,19 +339,9 @@ def write_by_name(
     if why is not None:
         raise NameConflictError(why)
     if live is None:
-        try:
-            return _create(kube, obj)
-        except KubeError as exc:
-            if exc.status != 409:
-                raise
-        # Made meanwhile: by another replica of ours (then it is written as
-        # ours), or by somebody else (refused).
-        live = _read(kube, obj)
-        why = conflict(live, None)
-        if why is not None:
-            raise NameConflictError(why)
-        if live is None:
-            raise KubeError(409, "Conflict", f"{describe(obj)} changed while we wrote it")
+        created, live = _create_or_find(kube, obj, lambda found: conflict(found, None))
+        if created is not None:
+            return created
     body = copy.deepcopy(dict(obj))
     body["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
     return kube.apply(body, force=True)
