@@ -170,31 +170,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     leave the quick offline files to fill the end of the run on whichever
     worker is free, instead of one long file running alone at the end.
     Within a file the order is kept.
-
-    The machine has one real node (its lock serializes them): of the files
-    that run it, the first goes first and the others last among the waiting
-    files, so that a worker does not sit on the lock while the other holds it.
     """
     waiting: set[str] = set()
-    real_node: list[str] = []
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
-        module = item.nodeid.split("::")[0]
         if "cluster" in fixtures:
             item.add_marker(pytest.mark.cluster)
         # Modules with a control plane of their own (pc_cluster, version_cluster...)
         # wait as long, and start one more.
         if any(name.endswith("cluster") for name in fixtures):
-            waiting.add(module)
-        if "node_cluster" in fixtures and module not in real_node:
-            real_node.append(module)
-    first, later = set(real_node[:1]), set(real_node[1:])
-
-    def rank(item: pytest.Item) -> int:
-        module = item.nodeid.split("::")[0]
-        return 0 if module in first else 2 if module in later else 1 if module in waiting else 3
-
-    items.sort(key=rank)
+            waiting.add(item.nodeid.split("::")[0])
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in waiting)
 
 
 def _leaked(basetemp: Path) -> list[int]:
