@@ -76,7 +76,13 @@ apt_need() { # apt_need PACKAGE...
   for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p"); done
   [ ${#missing[@]} -eq 0 ] && return 0
   echo "installing ${missing[*]} with apt-get" >&2
-  apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >&2
+  # `make test` runs the image build beside this one, and it may install
+  # packages too: apt takes turns on a lock of ours (hack/images' APT_LOCK)
+  # rather than failing on dpkg's.
+  (
+    flock 9
+    apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >&2
+  ) 9>/run/lock/ambient-operator-apt.lock
 }
 
 # The Gateway API CRDs are data, not programs: copy the standard channel of

@@ -39,7 +39,7 @@ import pytest
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.cluster.versions import parse_version, skew_problem
 from ambient_operator.render.values import redirection_wait_image
-from conftest import BIN_DIR, REPO_ROOT, wait_for
+from conftest import BIN_DIR, REPO_ROOT, images_built, wait_for
 
 OUT = REPO_ROOT / ".cache" / "images"
 NAMES = (
@@ -59,6 +59,12 @@ WINDOWS_AGENT_TAG = "1.30-exp.e245938e.c4094652"
 OPERATOR_VERSION = "0.1.0"  # pyproject.toml
 INDEX = "application/vnd.oci.image.index.v1+json"
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _images_built() -> None:
+    """Every test here reads the layouts or builds from the same caches."""
+    images_built()
 
 
 def _layout_dir(name: str) -> Path:
@@ -210,6 +216,27 @@ EXPECTED: dict[str, tuple[str, str, Any, Any, Any, Any, dict[str, str]]] = {
     ),
     "pause": ("linux", "3.10-ambient", ["/pause"], None, "65535:65535", None, {"pause": "elf"}),
 }
+
+
+def _machine_folders() -> list[str]:
+    """The folders a build here reads from or writes into, by how the tools find them."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    store = os.environ.get("AMBIENT_BIN_CACHE") or f"{cache}/ambient-operator"
+    cargo = os.environ.get("CARGO_HOME") or str(Path.home() / ".cargo")
+    return [store, cargo, str(REPO_ROOT)]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_executables_name_no_folder_of_the_machine_that_built_them(name: str) -> None:
+    # Two machines (or two build stores) give the same digests only if no path of
+    # theirs reaches a program: ztunnel's generated protobuf code and the Windows
+    # install-cni's replaced modules did, before their paths were remapped.
+    found = files(name, image(name)[0])
+    folders = _machine_folders()
+    for path in EXPECTED[name][6]:
+        data = found[path][1]
+        named = [f for f in folders if f.encode() in data]
+        assert not named, f"{name}: {path} names {named}"
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

@@ -11,6 +11,7 @@ a clock or a git checkout.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -22,10 +23,12 @@ from pathlib import Path
 from ambient_images.sources import Pin, fetch
 
 # Bumped when a recipe below changes in a way its inputs do not show.
-RECIPE_REVISION = "1"
+RECIPE_REVISION = "2"
 
 # Debian packages the builds need (the toolchains themselves are on the machine).
 APT_PACKAGES = ("mingw-w64", "protobuf-compiler", "cmake", "nasm", "mmdebstrap")
+# The lock apt's callers take turns on (hack/build-binaries.sh's apt_need takes it too).
+APT_LOCK = Path("/run/lock/ambient-operator-apt.lock")
 
 
 def log(message: str) -> None:
@@ -47,8 +50,12 @@ def ensure_packages(packages: Sequence[str] = APT_PACKAGES) -> None:
         return
     log(f"installing {' '.join(missing)} with apt-get")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-    subprocess.run(["apt-get", "install", "-y", "-qq", *missing], check=True, env=env)
+    # `make test` runs hack/build-binaries.sh beside this build, and it may
+    # install packages too: both take turns on this lock rather than failing on dpkg's.
+    with APT_LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+        subprocess.run(["apt-get", "install", "-y", "-qq", *missing], check=True, env=env)
 
 
 def tool_version(*argv: str) -> str:
@@ -165,12 +172,17 @@ def cargo_ztunnel(
     shutil.copyfile(src / "Cargo.lock", lock)
     cargo_home = Path(os.environ.get("CARGO_HOME", Path.home() / ".cargo"))
     sources_root = store / "sources"
-    remap = [
-        f"--remap-path-prefix={work}=/ztunnel",
-        f"--remap-path-prefix={sources_root}=/sources",
-        f"--remap-path-prefix={cargo_home}=/cargo",
-    ]
-    c_map = f"-ffile-prefix-map={work}=/ztunnel -ffile-prefix-map={cargo_home}=/cargo"
+    target_dir = store / "cargo-target" / "ztunnel"
+    # The target folder too: ztunnel includes the Rust its build script generates
+    # there (OUT_DIR), and those files' paths reach the binary.
+    mapped = {
+        work: "/ztunnel",
+        sources_root: "/sources",
+        cargo_home: "/cargo",
+        target_dir: "/target",
+    }
+    remap = [f"--remap-path-prefix={path}={name}" for path, name in mapped.items()]
+    c_map = " ".join(f"-ffile-prefix-map={path}={name}" for path, name in mapped.items())
     triple = target.upper().replace("-", "_")
     env = {
         **os.environ,
@@ -182,7 +194,7 @@ def cargo_ztunnel(
         # One target folder for every ztunnel build, kept across pins: the host's
         # build scripts and proc macros are compiled once for both targets, and
         # a pin change rebuilds only what changed. The output folder is what is keyed.
-        "CARGO_TARGET_DIR": str(store / "cargo-target" / "ztunnel"),
+        "CARGO_TARGET_DIR": str(target_dir),
     }
     if "windows" in target:
         flags = [*remap, "-C", "link-arg=-Wl,--no-insert-timestamp"]
@@ -199,7 +211,7 @@ def cargo_ztunnel(
     env["CARGO_ENCODED_RUSTFLAGS"] = "\x1f".join(flags)
     build_dir = out.begin()
     run(["cargo", "build", "--release", "--target", target, *patches], cwd=work, env=env)
-    shutil.copy2(store / "cargo-target" / "ztunnel" / target / "release" / exe, build_dir / exe)
+    shutil.copy2(target_dir / target / "release" / exe, build_dir / exe)
     shutil.rmtree(work, ignore_errors=True)
     return out.commit() / exe
 
@@ -222,7 +234,9 @@ def go_programs(
     go.mod replaces those modules with verified trees.
     """
     gover = tool_version("go", "env", "GOVERSION")
-    out = Outputs(store, name, key(*inputs, *packages, goos, ldflags, gover, repr(replace)))
+    # The trees' folder names (source digests), not their paths: the same in any store.
+    trees = sorted(f"{module}={tree.name}" for module, tree in (replace or {}).items())
+    out = Outputs(store, name, key(*inputs, *packages, goos, ldflags, gover, *trees))
     if out.ready():
         return out.dir
     work = module_dir
@@ -242,7 +256,12 @@ def go_programs(
         "GOFLAGS": "-mod=mod" if replace else os.environ.get("GOFLAGS", ""),
     }
     for module, tree in sorted((replace or {}).items()):
-        run(["go", "mod", "edit", f"-replace={module}={tree}"], cwd=work, env=env)
+        # Relative, as Go's build info keeps a replacement's path as go.mod writes
+        # it (-trimpath leaves it): the binary then names no folder of this store.
+        relative = os.path.relpath(tree, work)
+        if not relative.startswith("../"):
+            relative = f"./{relative}"
+        run(["go", "mod", "edit", f"-replace={module}={relative}"], cwd=work, env=env)
     build_dir = out.begin()
     run(
         [
