@@ -76,15 +76,17 @@ krew: venv
 # The tests mostly wait for a control plane, so the files run on TEST_WORKERS
 # processes, each with a local control plane of its own (conftest's session
 # fixtures); a file stays on one worker, as its module fixtures need.
-# TEST_WORKERS=0 runs them in this process, one after another.
+# TEST_WORKERS=0 runs them in this process, one after another; PYTEST_ARGS passes more
+# (make test PYTEST_ARGS="tests/test_images.py -x").
 TEST_WORKERS ?= 2
 
-# The tests read the images' layouts (tests/test_images.py), built on stand-in
-# Windows bases unless AMBIENT_IMAGE_BASES says otherwise: mcr.microsoft.com is
-# out of reach on the machines the tests run on.
-test: venv bins test-tools lint typecheck
-	AMBIENT_IMAGE_BASES=$${AMBIENT_IMAGE_BASES:-stand-in} $(PY) -m ambient_images
-	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
+# The tests read the images' layouts (tests/test_images.py, the real node),
+# built on stand-in Windows bases unless AMBIENT_IMAGE_BASES says otherwise:
+# mcr.microsoft.com is out of reach on the machines the tests run on.
+# hack/run_tests.py builds them beside `make bins lint typecheck` and pytest, at
+# the lowest priority, and the tests that read them wait for the build's end.
+test: venv test-tools
+	$(PY) hack/run_tests.py --workers $(TEST_WORKERS) $(if $(PYTEST_ARGS),-- $(PYTEST_ARGS))
 
 cluster-up: venv bins
 	$(if $(filter 1,$(REAL_NODE)),$(PY) -m ambient_images --only pause)
@@ -112,8 +114,8 @@ bench-datapath: venv bins
 	$(PY) -m ambient_images --only ambient-operator,ztunnel,install-cni,sample-app,pause
 	$(PY) bench/datapath.py
 
-# A cold `make test` in a fresh clone with every cache empty, timed phase by phase (wall and
-# CPU; docs/images.md). BUILDS_ONLY=1 stops before pytest.
+# A cold `make test` in a fresh clone with every cache empty, timed (wall and CPU;
+# docs/images.md). BUILDS_ONLY=1 times the builds alone, one after the other.
 bench-cold: venv
 	$(PY) bench/cold_test.py $(if $(filter 1,$(BUILDS_ONLY)),--builds-only)
 

@@ -3,13 +3,12 @@
     .venv/bin/python bench/cold_test.py [--builds-only] [--nice N] [--keep] [--out DIR]
 
 CI's budget (DEVELOPERS.md) is under 60 minutes for a cold run on 2 cores. This
-clones HEAD into a temporary folder and runs the phases of `make test` there one
-after another, each as `make test` runs it, with nothing reused from this
-machine's caches: the build store (AMBIENT_BIN_CACHE via XDG_CACHE_HOME, pip's
-cache included), Go's build and module caches and Cargo's registry all point
-into the temporary folder. What a fresh machine has anyway is kept: the Go and
-Rust toolchains, Debian's packages, and the pinned source archives
-(AMBIENT_SOURCES, as .ci/run sets it).
+clones HEAD into a temporary folder and runs `make venv` and then `make test`
+there, with nothing reused from this machine's caches: the build store
+(AMBIENT_BIN_CACHE via XDG_CACHE_HOME, pip's cache included), Go's build and
+module caches and Cargo's registry all point into the temporary folder. What a
+fresh machine has anyway is kept: the Go and Rust toolchains, Debian's
+packages, and the pinned source archives (AMBIENT_SOURCES, as .ci/run sets it).
 
 For each phase it records the wall time and the CPU time of the phase's
 processes (user + system, from wait4). On a machine shared with other work
@@ -17,7 +16,9 @@ the wall times are inflated; the CPU times are not, and CPU / cores bounds
 what the phase needs on a quiet machine of that many cores.
 
 Results: `--out` (bench/out/cold) holds results.json and the log; the table is printed.
-`--builds-only` stops before pytest. `--keep` leaves the temporary folder.
+`--builds-only` runs the builds alone instead, one after the other, for their CPU
+time (`make test` runs the image build beside the rest: see hack/run_tests.py).
+`--keep` leaves the temporary folder.
 """
 
 from __future__ import annotations
@@ -49,21 +50,20 @@ class Phase:
 
 
 def phases(builds_only: bool) -> list[Phase]:
-    """The steps of the Makefile's `test` target, in its order."""
-    py = ".venv/bin/python"
-    steps = [
-        Phase("venv", ["make", "venv"]),
-        Phase("bins (control plane, node, registry)", ["make", "bins"]),
-        Phase("test-tools, lint, typecheck", ["make", "test-tools", "lint", "typecheck"]),
-        Phase(
-            "images",
-            ["env", "AMBIENT_IMAGE_BASES=stand-in", py, "-m", "ambient_images"],
-        ),
-    ]
-    if not builds_only:
+    """`make venv`, then `make test` whole (hack/run_tests.py builds the images
+    beside the rest), or with `builds_only` the builds alone, one after the other."""
+    steps = [Phase("venv", ["make", "venv"])]
+    if builds_only:
+        steps.append(Phase("bins (control plane, node, registry)", ["make", "bins"]))
+        steps.append(
+            Phase(
+                "images",
+                ["env", "AMBIENT_IMAGE_BASES=stand-in", ".venv/bin/python", "-m", "ambient_images"],
+            )
+        )
+    else:
         workers = os.environ.get("TEST_WORKERS", "2")
-        pytest = [".venv/bin/pytest", "-q", "-n", workers, "--dist", "loadfile"]
-        steps.append(Phase("pytest", pytest))
+        steps.append(Phase("make test", ["make", "test", f"TEST_WORKERS={workers}"]))
     return steps
 
 
@@ -129,6 +129,14 @@ def main() -> int:
         )
         if phase.rc != 0:
             break
+    # The image build's own figures, from beside the rest (hack/run_tests.py).
+    images_status = work / ".cache" / "test-run" / "images.json"
+    images = json.loads(images_status.read_text()) if images_status.is_file() else None
+    if images:
+        print(
+            f"  {'(of which the image build, beside the rest)':<40} wall {images['wall_s']:>8.1f} s"
+            f"  cpu {images['cpu_s']:>8.1f} s  rc {images['rc']}"
+        )
     wall = sum(p.wall_s for p in steps)
     cpu = sum(p.cpu_s for p in steps)
     cores = os.cpu_count() or 1
@@ -144,6 +152,7 @@ def main() -> int:
                 "nice": args.nice,
                 "load_at_end": load,
                 "phases": [asdict(p) for p in steps],
+                "images_beside": images,
                 "wall_s": round(wall, 1),
                 "cpu_s": round(cpu, 1),
             },

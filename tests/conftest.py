@@ -15,6 +15,7 @@ times as many). How to write a test that can fail: tests/README.md.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import re
@@ -139,6 +140,36 @@ def own_cluster(
         yield local
 
 
+# `make test` builds the images beside the tests (hack/run_tests.py) and names
+# the folder where the build's end is written; a plain `pytest` leaves it unset.
+IMAGES_STATUS_ENV = "AMBIENT_IMAGES_STATUS"
+# A cold build of both ztunnels at the lowest priority, beside the tests, on 2 cores.
+IMAGES_DEADLINE_S = 60 * 60
+
+
+def images_built() -> None:
+    """Barrier: the image build `make test` runs beside the tests has ended, and passed.
+
+    The real node's pause image and the layouts tests/test_images.py reads come
+    from it. Without AMBIENT_IMAGES_STATUS (pytest run by hand) the layouts in
+    .cache/images are what `make images` left, and nothing waits.
+    """
+    folder = os.environ.get(IMAGES_STATUS_ENV)
+    if not folder:
+        return
+    result = Path(folder) / "images.json"
+    wait_for(
+        result.is_file,
+        IMAGES_DEADLINE_S,
+        f"the image build beside the tests to end (its log: {Path(folder) / 'images.log'})",
+        interval=1.0,
+    )
+    done = json.loads(result.read_text())
+    if done["rc"] != 0:
+        tail = "".join(Path(done["log"]).read_text(errors="replace").splitlines(True)[-40:])
+        pytest.fail(f"the image build failed (exit {done['rc']}); {done['log']} ends:\n{tail}")
+
+
 @contextlib.contextmanager
 def own_node_cluster(
     tmp_path_factory: pytest.TempPathFactory, name: str, *programs: str
@@ -147,6 +178,8 @@ def own_node_cluster(
     RealNode: containerd, runc, CNI, kubelet, kube-proxy, CoreDNS). One real node runs
     on the machine at a time: this waits for another to stop. A machine that cannot
     run one fails the test with the reason, never skips it."""
+    # The node runs the pause image: built beside the tests by `make test`.
+    images_built()
     with own_cluster(tmp_path_factory, name, *programs) as local:
         node = RealNode(local, bin_dir=BIN_DIR)
         reasons = node.missing()

@@ -54,11 +54,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=recipes.REPO / ".cache" / "images")
     parser.add_argument("--only", default="", help="comma-separated image names")
     parser.add_argument("--registry", default="", help="host[:port]/prefix to push to")
+    parser.add_argument(
+        "--longest-first",
+        action="store_true",
+        help="build the slowest images first (make test, which builds them beside other work)",
+    )
     args = parser.parse_args(argv)
     names = [n for n in args.only.split(",") if n] or list(recipes.RECIPES)
     unknown = sorted(set(names) - set(recipes.RECIPES))
     if unknown:
         parser.error(f"unknown image(s) {', '.join(unknown)}; known: {', '.join(recipes.RECIPES)}")
+    if args.longest_first:
+        # RECIPES runs quick to slow; the Rust builds, which need no Go build
+        # cache, then start while hack/build-binaries.sh fills it for the Go ones.
+        names.sort(key=list(recipes.RECIPES).index, reverse=True)
     if args.command == "push":
         if not args.registry:
             parser.error("push needs --registry host[:port]/prefix")
