@@ -41,7 +41,6 @@ REASON_ARGUMENT = {
     "Verdict": 2,
     "Problem": 0,
     "post": 2,
-    "_fail": 3,
     "_no": 1,
     "_skip": 0,
     "Decision": 1,
