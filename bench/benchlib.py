@@ -20,11 +20,14 @@ import contextlib
 import json
 import os
 import platform
+import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +209,40 @@ def cpu_seconds(pid: int) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return 0.0
+
+
+@contextlib.contextmanager
+def py_spy(pid: int, raw: Path, rate: int) -> Iterator[None]:
+    """py-spy sampling `pid` from outside while the block runs, its raw stacks into `raw`.
+
+    Nonblocking: the process is never paused, so the sampling costs it nothing
+    but the reads; only busy samples are kept (a thread blocked on a socket is
+    idle). py-spy comes from PyPI (the dev extra) and needs ptrace permission.
+    """
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists():
+        raise RuntimeError("py-spy not found: pip install py-spy")
+    argv = [
+        spy, "record", "--pid", str(pid), "--rate", str(rate), "--format", "raw",
+        "--output", str(raw), "--nonblocking", "--threads",
+    ]  # fmt: skip
+    # A process just spawned has no interpreter to read yet: py-spy then exits at
+    # once, and is started again until it stays.
+    deadline = time.monotonic() + 10
+    while True:
+        recorder = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            recorder.wait(0.5)
+        except subprocess.TimeoutExpired:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"py-spy could not sample process {pid}")
+    try:
+        yield
+    finally:
+        # py-spy writes its file when interrupted.
+        recorder.send_signal(signal.SIGINT)
+        recorder.wait(60)
 
 
 class BenchOperator(OperatorProcess):

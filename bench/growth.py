@@ -84,6 +84,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -140,6 +141,10 @@ class Phases:
     # kwok's (least, most) ms between a node's heartbeats: 5 minutes on average.
     heartbeat_ms: tuple[int, int] = (150_000, 450_000)
     traced: tuple[str, ...] = TRACED
+    # Sizes where py-spy samples the operator while it converges and while it
+    # idles, for what bounds those figures (nonblocking: never paused).
+    profiled: tuple[str, ...] = ("L",)
+    spy_rate: int = 100
     # Patience for one side's convergence.
     timeout_s: float = 900.0
 
@@ -657,6 +662,48 @@ def per_object(
 # -- one size ---------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def sampled(pid: int, raw: Path, rate: int, on: bool) -> Iterator[Path]:
+    """py-spy's samples of `pid` into `raw` while the block runs, when `on`."""
+    from benchlib import py_spy
+
+    if not on:
+        yield raw
+        return
+    with py_spy(pid, raw, rate):
+        yield raw
+
+
+def spy_summary(raw: str, rate: int, seconds: float, top: int = 6) -> dict[str, Any]:
+    """py-spy's busy samples of one phase (pure): how busy, on what job, in which functions.
+
+    `busy_s` is thread-seconds of Python work (samples / rate) in `seconds` of
+    wall time; jobs are bench/profile_passes.py's (a pass, or the API requests
+    handed to worker threads); `self` is the frame on top, over every sample.
+    """
+    from profile_passes import _function, summarize
+
+    lines = raw.splitlines()
+    total = 0
+    own: Counter[str] = Counter()
+    for line in lines:
+        stack, _, count = line.rpartition(" ")
+        if stack and count.isdigit():
+            total += int(count)
+            own[_function(stack.split(";")[-1])] += int(count)
+    jobs = {job: p.samples for job, p in summarize(lines).items() if p.samples}
+    return {
+        "rate": rate,
+        "seconds": seconds,
+        "samples": total,
+        "busy_s": total / rate,
+        "jobs": {job: n / total for job, n in sorted(jobs.items(), key=lambda kv: -kv[1])}
+        if total
+        else {},
+        "self": [(name, n / total) for name, n in own.most_common(top)] if total else [],
+    }
+
+
 def measure_size(
     size: Size, phases: Phases, workdir: Path, progress: Callable[[str], None]
 ) -> dict[str, Any]:
@@ -711,26 +758,49 @@ def measure_size(
         )
         sides = result["sides"]
 
+        # What the control plane spent while a side converged: its share of the
+        # machine is what the side's own convergence could not use.
+        control_plane = cluster.pids()
+
+        def control_plane_cpu() -> dict[str, float]:
+            return {name: cpu_seconds(pid) for name, pid in control_plane.items()}
+
+        def spent_since(before: dict[str, float]) -> dict[str, float]:
+            return {name: used - before[name] for name, used in control_plane_cpu().items()}
+
+        profiled = size.name in phases.profiled
+
         # 1. istiod
         mark = audit.mark()
+        before = control_plane_cpu()
         spawned = time.monotonic()
         istiod.start(timeout=phases.timeout_s)
         istiod_pid = int(istiod._process.pid or 0)
         sides["istiod"]["converge_s"] = time.monotonic() - spawned
         sides["istiod"]["converge_cpu_s"] = cpu_seconds(istiod_pid)
+        sides["istiod"]["control_plane_cpu_s"] = spent_since(before)
         sides["istiod"]["requests"] = by_verb(audit.events(mark, audit.mark(), user=ISTIOD_USER))
         progress(f"growth {size.name}: istiod ready in {sides['istiod']['converge_s']:.1f}s")
 
         # 2. the operator
         op = BenchOperator(cluster, workdir / "operator.log")
         mark = audit.mark()
+        before = control_plane_cpu()
         op.start()
         assert op.proc is not None
-        wait_for(
-            lambda: operator_converged(api, want), phases.timeout_s, "the operator's convergence"
-        )
-        sides["operator"]["converge_s"] = time.monotonic() - op.started_at
-        sides["operator"]["converge_cpu_s"] = cpu_seconds(op.proc.pid)
+        with sampled(op.proc.pid, workdir / "converge.spy", phases.spy_rate, profiled) as spy:
+            wait_for(
+                lambda: operator_converged(api, want),
+                phases.timeout_s,
+                "the operator's convergence",
+            )
+            sides["operator"]["converge_s"] = time.monotonic() - op.started_at
+            sides["operator"]["converge_cpu_s"] = cpu_seconds(op.proc.pid)
+        sides["operator"]["control_plane_cpu_s"] = spent_since(before)
+        if profiled:
+            sides["operator"]["converge_profile"] = spy_summary(
+                spy.read_text(), phases.spy_rate, sides["operator"]["converge_s"]
+            )
         op_events = audit.events(mark, audit.mark(), user=OPERATOR_USER)
         sides["operator"]["requests"] = by_verb(op_events)
         sides["operator"]["rewrites"] = rewrites(op_events)
@@ -750,10 +820,12 @@ def measure_size(
             collections,
         )
         mark = audit.mark()
+        before = control_plane_cpu()
         floor.start()
         synced = wait_for(floor.synced_at, phases.timeout_s, "the floor's lists and watches")
         sides["floor"]["converge_s"] = synced - floor.started_at
         sides["floor"]["converge_cpu_s"] = cpu_seconds(floor.pid)
+        sides["floor"]["control_plane_cpu_s"] = spent_since(before)
         sides["floor"]["requests"] = by_verb(audit.events(mark, audit.mark(), user=FLOOR_USER))
         progress(f"growth {size.name}: floor synced in {sides['floor']['converge_s']:.1f}s")
 
@@ -787,10 +859,14 @@ def measure_size(
             # 5. idle
             cpu = {side: cpu_seconds(pid) for side, pid in pids.items()}
             idle_began = time.monotonic()
-            threading.Event().wait(
-                phases.idle_s
-            )  # the phase itself: nothing happens but heartbeats
+            with sampled(pids["operator"], workdir / "idle.spy", phases.spy_rate, profiled) as spy:
+                # The phase itself: nothing happens but heartbeats.
+                threading.Event().wait(phases.idle_s)
             idle = time.monotonic() - idle_began
+            if profiled:
+                sides["operator"]["idle_profile"] = spy_summary(
+                    spy.read_text(), phases.spy_rate, idle
+                )
             for side, pid in pids.items():
                 sides[side]["idle_cpu_pct"] = 100 * (cpu_seconds(pid) - cpu[side]) / idle
                 sides[side]["rss_settled_kib"] = proc_status_kib(pid, "VmRSS")
@@ -1244,7 +1320,15 @@ def section(results: Mapping[str, Any], chart_dir: str = CHART_DIR) -> str:
             )
             + ("; request errors: " + "; ".join(done["errors"]) if done.get("errors") else "")
         )
-    lines += ["", *memory_lines(results), "", *sizing_lines(results), "", *race_lines(results)]
+    lines += [
+        "",
+        *bounds_lines(results),
+        *memory_lines(results),
+        "",
+        *sizing_lines(results),
+        "",
+        *race_lines(results),
+    ]
     lines += ["", "### Charts", ""]
     for metric in METRICS:
         lines.append(f"![{metric.title}]({chart_dir}/growth-{metric.key}.png)")
@@ -1342,6 +1426,86 @@ def sizing(results: Mapping[str, Any]) -> Sizing | None:
     overhead = (settled_l - settled_s) / spread if spread > 0 else 1.0
     base = settled_s - overhead * probe.traced_mib(small["size"])
     return Sizing(per_object, base, overhead, rss(large, "rss_peak_kib") / settled_l)
+
+
+def _profile_text(profile: Mapping[str, Any]) -> str:
+    """One sentence of a py-spy summary (spy_summary's)."""
+    jobs = ", ".join(f"{job} {share:.0%}" for job, share in (profile.get("jobs") or {}).items())
+    frames = ", ".join(f"`{name}` {share:.0%}" for name, share in profile.get("self") or [])
+    return (
+        f"py-spy ({profile['rate']} samples a second, nonblocking) saw "
+        f"{profile['busy_s']:.1f} s of busy Python threads in {profile['seconds']:.1f} s"
+        + (f"; by job: {jobs}" if jobs else "")
+        + (f"; on top of the stack: {frames}" if frames else "")
+        + "."
+    )
+
+
+def bounds_lines(results: Mapping[str, Any]) -> list[str]:
+    """What bounds each missed target, from the same run's figures and profiles (pure)."""
+    missed = {t.name for t in targets(results) if t.met is False}
+    sizes = results.get("sizes") or {}
+    if not missed or not sizes:
+        return []
+    largest = list(sizes)[-1]
+    sides = sizes[largest]["sides"]
+    op = sides["operator"]
+    out = ["### What bounds the missed targets", ""]
+    if any(name.startswith(f"{largest}: operator convergence") for name in missed):
+        converge = float(op["converge_s"])
+        own = float(op["converge_cpu_s"])
+        text = (
+            f"**Convergence at {largest}.** From its start the operator took {converge:.1f} s "
+            f"to write everything and report it, and used {own:.1f} s of CPU in that time "
+            f"({own / converge:.0%} of one core)."
+        )
+        spent = op.get("control_plane_cpu_s") or {}
+        if spent:
+            machine = int((results.get("machine") or {}).get("nproc") or 2)
+            busy = (sum(spent.values()) + own) / (machine * converge)
+            used = ", ".join(f"{name} {cpu:.1f} s" for name, cpu in sorted(spent.items()))
+            verbs = ", ".join(f"{n:,} {verb}" for verb, n in sorted(op["requests"].items()))
+            others = "; ".join(
+                f"{side} {sum(sides[side]['control_plane_cpu_s'].values()):.1f} s"
+                for side in ("istiod", "floor")
+                if sides[side].get("control_plane_cpu_s")
+            )
+            text += (
+                f" In the same window the control plane used {used}: with the operator's own, "
+                f"{busy:.0%} of the machine's {machine} cores. Its requests ({verbs}) are what "
+                "the control plane served; while the others converged it spent "
+                f"{others or 'nothing measured'}."
+            )
+        out += [text, ""]
+        if op.get("converge_profile"):
+            out += [_profile_text(op["converge_profile"]), ""]
+    if f"{largest}: operator idle CPU < 1 % of a core" in missed:
+        text = (
+            f"**Idle CPU at {largest}.** {op['idle_cpu_pct']:.2f} % of a core with nothing "
+            "changing but kwok's heartbeats, against the floor's "
+            f"{sides['floor']['idle_cpu_pct']:.2f} % for only receiving the same watch events."
+        )
+        out += [text, ""]
+        if op.get("idle_profile"):
+            out += [_profile_text(op["idle_profile"]), ""]
+    for name in sizes:
+        if f"{name}: operator peak RSS ≤ ½ istiod's" not in missed:
+            continue
+        model = sizing(results)
+        ours = sizes[name]["sides"]["operator"]["rss_peak_kib"] / MIB
+        theirs = sizes[name]["sides"]["istiod"]["rss_peak_kib"] / MIB
+        text = (
+            f"**Peak RSS at {name}.** {ours:.1f} MiB against istiod's {theirs:.1f} MiB: "
+            f"{ours - theirs / 2:.1f} MiB over half."
+        )
+        if model is not None:
+            text += (
+                f" The sizing model below puts {model.base_mib:.0f} MiB of it in the interpreter, "
+                "its libraries and what does not grow with the cluster, which a small cluster "
+                "cannot spread; `Where the memory goes` above measures each import."
+            )
+        out += [text, ""]
+    return out
 
 
 def _round_up(mib: float, step: int) -> int:

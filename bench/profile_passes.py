@@ -26,8 +26,6 @@ needs to be allowed to read the process's memory (ptrace).
 from __future__ import annotations
 
 import argparse
-import shutil
-import subprocess
 import sys
 import tempfile
 from collections import Counter
@@ -37,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ambient_devcluster import LocalCluster, default_bin_dir
+from benchlib import py_spy
 from reaction_latency import ReactionBench, prepare
 
 # The entry point of each job, as py-spy names frames: "function (file:line)".
@@ -139,9 +138,6 @@ def as_json(profiles: dict[str, Profile], trials: int, rate: int, top: int = 8) 
 
 def record(trials: int, rate: int, raw: Path | None = None, progress: Any = print) -> str:
     """py-spy's raw stacks of the operator during `trials` reaction trials, on a private cluster."""
-    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    if not Path(spy).exists():
-        raise RuntimeError("py-spy not found: pip install py-spy")
     with (
         tempfile.TemporaryDirectory(prefix="profile-bench-") as tmp,
         LocalCluster(Path(tmp) / "cluster", bin_dir=default_bin_dir(), verbose=False) as cluster,
@@ -154,21 +150,8 @@ def record(trials: int, rate: int, raw: Path | None = None, progress: Any = prin
             try:
                 bench.run(1, lambda _msg: None)  # warm-up, not sampled
                 assert op.proc is not None
-                recorder = subprocess.Popen(
-                    [
-                        spy, "record", "--pid", str(op.proc.pid), "--rate", str(rate),
-                        "--format", "raw", "--output", str(raw), "--nonblocking",
-                        "--threads",
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )  # fmt: skip
-                try:
+                with py_spy(op.proc.pid, raw, rate):
                     bench.run(trials, progress)
-                finally:
-                    # py-spy writes its file when interrupted.
-                    recorder.send_signal(subprocess.signal.SIGINT)
-                    recorder.wait(60)
             finally:
                 bench.close()
         finally:
