@@ -1451,6 +1451,10 @@ def bounds_lines(results: Mapping[str, Any]) -> list[str]:
     sides = sizes[largest]["sides"]
     op = sides["operator"]
     out = ["### What bounds the missed targets", ""]
+
+    def with_profile(text: str, profile: str) -> list[str]:
+        return [text, "", *([_profile_text(op[profile]), ""] if op.get(profile) else [])]
+
     if any(name.startswith(f"{largest}: operator convergence") for name in missed):
         converge = float(op["converge_s"])
         own = float(op["converge_cpu_s"])
@@ -1476,18 +1480,14 @@ def bounds_lines(results: Mapping[str, Any]) -> list[str]:
                 "the control plane served; while the others converged it spent "
                 f"{others or 'nothing measured'}."
             )
-        out += [text, ""]
-        if op.get("converge_profile"):
-            out += [_profile_text(op["converge_profile"]), ""]
+        out += with_profile(text, "converge_profile")
     if f"{largest}: operator idle CPU < 1 % of a core" in missed:
         text = (
             f"**Idle CPU at {largest}.** {op['idle_cpu_pct']:.2f} % of a core with nothing "
             "changing but kwok's heartbeats, against the floor's "
             f"{sides['floor']['idle_cpu_pct']:.2f} % for only receiving the same watch events."
         )
-        out += [text, ""]
-        if op.get("idle_profile"):
-            out += [_profile_text(op["idle_profile"]), ""]
+        out += with_profile(text, "idle_profile")
     for name in sizes:
         if f"{name}: operator peak RSS ≤ ½ istiod's" not in missed:
             continue
