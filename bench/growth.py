@@ -141,8 +141,8 @@ class Phases:
     # kwok's (least, most) ms between a node's heartbeats: 5 minutes on average.
     heartbeat_ms: tuple[int, int] = (150_000, 450_000)
     traced: tuple[str, ...] = TRACED
-    # Sizes where py-spy samples the operator while it converges and while it
-    # idles, for what bounds those figures (nonblocking: never paused).
+    # Sizes where py-spy samples the operator while it converges, under churn
+    # and while it idles, for what bounds those figures (nonblocking: never paused).
     profiled: tuple[str, ...] = ("L",)
     spy_rate: int = 100
     # Patience for one side's convergence.
@@ -662,6 +662,14 @@ def per_object(
 # -- one size ---------------------------------------------------------------------------------
 
 
+# The phases py-spy may sample, as results name their profiles, and in words.
+PROFILED_PHASES = (
+    ("converge_profile", "while it converged"),
+    ("churn_profile", "under churn"),
+    ("idle_profile", "while it idled"),
+)
+
+
 @contextlib.contextmanager
 def sampled(pid: int, raw: Path, rate: int, on: bool) -> Iterator[Path]:
     """py-spy's samples of `pid` into `raw` while the block runs, when `on`."""
@@ -836,7 +844,12 @@ def measure_size(
             # 4. churn, all three running
             cpu = {side: cpu_seconds(pid) for side, pid in pids.items()}
             marks = audit.mark()
-            done = churn(api, size, phases, size.nodes, linux_node, floor)
+            with sampled(pids["operator"], workdir / "churn.spy", phases.spy_rate, profiled) as spy:
+                done = churn(api, size, phases, size.nodes, linux_node, floor)
+            if profiled:
+                sides["operator"]["churn_profile"] = spy_summary(
+                    spy.read_text(), phases.spy_rate, done["seconds"]
+                )
             churn_events = {
                 side: len(audit.events(marks, audit.mark(), user=user))
                 for side, user in (
@@ -1227,14 +1240,15 @@ def section(results: Mapping[str, Any], chart_dir: str = CHART_DIR) -> str:
     """The document's growth section, markers included (pure)."""
     sizes = results.get("sizes") or {}
     names = list(sizes)
-    profiled = [n for n, size in sizes.items() if size["sides"]["operator"].get("idle_profile")]
     notes = list(results.get("notes") or [])
-    if profiled:
-        notes.append(
-            f"At {', '.join(profiled)} py-spy sampled the operator while it converged and while "
-            "it idled; py-spy's own CPU is taken from the same cores the sides and the control "
-            "plane share."
-        )
+    for name, size in sizes.items():
+        op = size["sides"]["operator"]
+        phases = [what for key, what in PROFILED_PHASES if op.get(key)]
+        if phases:
+            notes.append(
+                f"At {name} py-spy sampled the operator {' and '.join(phases)}; its own CPU comes "
+                "from the cores the sides and the control plane share."
+            )
     lines = [
         BEGIN,
         "## Growth with the cluster (issues 33 and 44)",
@@ -1523,11 +1537,18 @@ def bounds_lines(results: Mapping[str, Any]) -> list[str]:
             floor = ", ".join(
                 f"{q} {_fmt(value(results, name, 'floor', by[f'{key}_{q}']), 'ms')}" for q in late
             )
+            profile = sizes[name]["sides"]["operator"].get("churn_profile")
             out += [
                 f"**{what} at {name}.** {ours}, against the floor's {floor} for the same "
-                "changes. py-spy sampled convergence and idle in this run, not the churn, so "
-                "no profile here says what bounds it.",
+                "changes."
+                + (
+                    " The operator under churn, all of it:"
+                    if profile
+                    else " py-spy did not sample this size's churn, so no profile here says "
+                    "what bounds it."
+                ),
                 "",
+                *([_profile_text(profile), ""] if profile else []),
             ]
     for name in sizes:
         if f"{name}: operator peak RSS ≤ ½ istiod's" not in missed:

@@ -296,12 +296,20 @@ def test_each_missed_target_says_what_bounds_it() -> None:
         "",
         # 0.9 s is the slower of two label reactions; the floor saw none in these results.
         "**label → seen at L.** p99 900 ms, against the floor's p99 — for the same changes. "
-        "py-spy sampled convergence and idle in this run, not the churn, so no profile here "
-        "says what bounds it.",
+        "py-spy did not sample this size's churn, so no profile here says what bounds it.",
         "",
         "**Peak RSS at L.** 250.0 MiB against istiod's 400.0 MiB: 50.0 MiB over half.",
         "",
     ]
+    # With the churn sampled, the reaction's paragraph carries its profile.
+    large["operator"]["churn_profile"] = growth.spy_summary(SPY, rate=100, seconds=60.0)
+    label = growth.bounds_lines(results).index(
+        "**label → seen at L.** p99 900 ms, against the floor's p99 — for the same changes. "
+        "The operator under churn, all of it:"
+    )
+    assert growth.bounds_lines(results)[label + 2].startswith(
+        "py-spy (100 samples a second, nonblocking) took 50 samples of active threads in 60.0 s"
+    )
     # Met targets need no word: the run as it was misses only convergence at L.
     assert growth.bounds_lines(RESULTS)[2].startswith("**Convergence at L.**")
     assert not any(line.startswith("**Idle") for line in growth.bounds_lines(RESULTS))
@@ -330,12 +338,13 @@ def test_the_harness_runs_at_a_tiny_size(tmp_path: Path) -> None:
         assert side["churn_cpu_per_event_ms"] >= 0 and side["idle_cpu_pct"] >= 0
     assert result["survived"] == {"operator": True, "istiod": True, "floor": True}
     # While each side converged the control plane served it; py-spy sampled the
-    # operator converging (it works from its first moment) and idling.
+    # operator converging (it works from its first moment), under churn and idling.
     for side in sides.values():
         assert side["control_plane_cpu_s"]["kube-apiserver"] > 0
     converging = sides["operator"]["converge_profile"]
     assert converging["samples"] > 0 and converging["self"], converging
     assert sides["operator"]["idle_profile"]["seconds"] >= 2
+    assert sides["operator"]["churn_profile"]["seconds"] >= 4
     # The floor read what the operator listed, and nothing else.
     assert set(sides["floor"]["requests"]) == {"list"}
     assert sides["operator"]["requests"]["list"] == sides["floor"]["requests"]["list"]
