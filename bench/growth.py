@@ -794,6 +794,7 @@ def measure_size(
         op = BenchOperator(cluster, workdir / "operator.log")
         mark = audit.mark()
         before = control_plane_cpu()
+        spawned_wall = time.time()
         op.start()
         assert op.proc is not None
         with sampled(op.proc.pid, workdir / "converge.spy", phases.spy_rate, profiled) as spy:
@@ -812,6 +813,7 @@ def measure_size(
         op_events = audit.events(mark, audit.mark(), user=OPERATOR_USER)
         sides["operator"]["requests"] = by_verb(op_events)
         sides["operator"]["rewrites"] = rewrites(op_events)
+        sides["operator"]["timeline"] = timeline(op_events, spawned_wall)
         progress(
             f"growth {size.name}: operator converged in {sides['operator']['converge_s']:.1f}s"
         )
@@ -1055,6 +1057,29 @@ def deployment_rows(race: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str,
 
 
 WRITE_VERBS = ("create", "update", "patch", "delete")
+
+
+def timeline(events: Iterable[Mapping[str, Any]], started: float) -> dict[str, float]:
+    """When a side's lists ended and its writes began and ended, in s from `started` (pure).
+
+    `started` is the side's spawn on the machine's wall clock, which the audit
+    log's timestamps are on too.
+    """
+    from reaction_latency import _stamp
+
+    lists, writes = [], []
+    for e in events:
+        if e.get("verb") == "list":
+            lists.append(_stamp(str(e["stageTimestamp"])))
+        elif e.get("verb") in WRITE_VERBS:
+            writes.append(_stamp(str(e["requestReceivedTimestamp"])))
+    out: dict[str, float] = {"writes": float(len(writes))}
+    if lists:
+        out["lists_done_s"] = max(lists) - started
+    if writes:
+        out["first_write_s"] = min(writes) - started
+        out["last_write_s"] = max(writes) - started
+    return out
 
 
 def rewrites(events: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -1512,6 +1537,15 @@ def bounds_lines(results: Mapping[str, Any]) -> list[str]:
                     f"{converge - floor_s:.1f} s the machine was not saturated and the operator "
                     "waited on its requests (the samples below)."
                 )
+        times = op.get("timeline") or {}
+        if "lists_done_s" in times and "last_write_s" in times:
+            span = times["last_write_s"] - times["first_write_s"]
+            text += (
+                f" Its lists were done {times['lists_done_s']:.1f} s after its start; its "
+                f"{times['writes']:,.0f} writes ran from {times['first_write_s']:.1f} s to "
+                f"{times['last_write_s']:.1f} s"
+                + (f", {times['writes'] / span:,.0f} a second." if span > 0 else ".")
+            )
         out += with_profile(text, "converge_profile")
     if f"{largest}: operator idle CPU < 1 % of a core" in missed:
         text = (

@@ -243,6 +243,36 @@ def test_every_figure_gets_a_chart(tmp_path: Path) -> None:
     assert all(p.stat().st_size > 1000 for p in written)
 
 
+def test_the_timeline_reads_the_audit_log_on_the_wall_clock() -> None:
+    def event(verb: str, received: str, done: str) -> dict[str, Any]:
+        return {"verb": verb, "requestReceivedTimestamp": received, "stageTimestamp": done}
+
+    started = 1767225600.0  # 2026-01-01T00:00:00Z
+    events = [
+        event("list", "2026-01-01T00:00:01.000000Z", "2026-01-01T00:00:02.500000Z"),
+        event("watch", "2026-01-01T00:00:02.600000Z", "2026-01-01T00:00:30.000000Z"),
+        event("list", "2026-01-01T00:00:01.000000Z", "2026-01-01T00:00:04.000000Z"),
+        event("patch", "2026-01-01T00:00:05.000000Z", "2026-01-01T00:00:05.010000Z"),
+        event("get", "2026-01-01T00:00:06.000000Z", "2026-01-01T00:00:06.010000Z"),
+        event("create", "2026-01-01T00:00:09.000000Z", "2026-01-01T00:00:09.500000Z"),
+    ]
+    assert growth.timeline(events, started) == {
+        "writes": 2.0,
+        "lists_done_s": 4.0,
+        "first_write_s": 5.0,
+        "last_write_s": 9.0,
+    }
+    # 12 writes in the 4 s from the first to the last: 3 a second.
+    times = {"writes": 12.0, "lists_done_s": 4.0, "first_write_s": 5.0, "last_write_s": 9.0}
+    results = copy.deepcopy(RESULTS)
+    results["sizes"]["L"]["sides"]["operator"]["timeline"] = times
+    (convergence,) = [line for line in growth.bounds_lines(results) if "Convergence" in line]
+    assert convergence.endswith(
+        " Its lists were done 4.0 s after its start; its 12 writes ran from 5.0 s to 9.0 s, "
+        "3 a second."
+    )
+
+
 # py-spy's raw format: a thread's stack, outermost first, and its sample count.
 SPY = "\n".join(
     [
@@ -345,6 +375,10 @@ def test_the_harness_runs_at_a_tiny_size(tmp_path: Path) -> None:
     assert converging["samples"] > 0 and converging["self"], converging
     assert sides["operator"]["idle_profile"]["seconds"] >= 2
     assert sides["operator"]["churn_profile"]["seconds"] >= 4
+    # Lists first, then the writes, all before the poll saw it converged.
+    times = sides["operator"]["timeline"]
+    assert times["lists_done_s"] > 0 and 0 < times["first_write_s"] <= times["last_write_s"]
+    assert times["last_write_s"] <= sides["operator"]["converge_s"] + 1
     # The floor read what the operator listed, and nothing else.
     assert set(sides["floor"]["requests"]) == {"list"}
     assert sides["operator"]["requests"]["list"] == sides["floor"]["requests"]["list"]
