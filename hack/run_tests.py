@@ -37,7 +37,7 @@ STATUS_DIR = REPO / ".cache" / "test-run"
 
 
 class Background:
-    """The image build, running beside the rest; `status.json` is written when it ends."""
+    """The image build, running beside the rest; `images.json` is written when it ends."""
 
     def __init__(self, argv: list[str], env: dict[str, str], status: Path) -> None:
         self.status = status
