@@ -212,19 +212,22 @@ def cpu_seconds(pid: int) -> float:
 
 
 @contextlib.contextmanager
-def py_spy(pid: int, raw: Path, rate: int) -> Iterator[None]:
+def py_spy(pid: int, raw: Path, rate: int, gil: bool = False) -> Iterator[None]:
     """py-spy sampling `pid` from outside while the block runs, its raw stacks into `raw`.
 
     Nonblocking: the process is never paused, so the sampling costs it nothing
     but the reads; only busy samples are kept (a thread blocked on a socket is
-    idle). py-spy comes from PyPI (the dev extra) and needs ptrace permission.
+    idle). With `gil`, only the thread holding the GIL is sampled: the process's
+    Python work alone, since a thread waiting in a socket read or in epoll (which
+    py-spy may still count as busy) has released it. py-spy comes from PyPI (the
+    dev extra) and needs ptrace permission.
     """
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy).exists():
         raise RuntimeError("py-spy not found: pip install py-spy")
     argv = [
         spy, "record", "--pid", str(pid), "--rate", str(rate), "--format", "raw",
-        "--output", str(raw), "--nonblocking", "--threads",
+        "--output", str(raw), "--nonblocking", "--threads", *(["--gil"] if gil else []),
     ]  # fmt: skip
     # A process just spawned has no interpreter to read yet: py-spy then exits at
     # once, and is started again until it stays.

@@ -84,7 +84,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -671,44 +670,55 @@ PROFILED_PHASES = (
 
 
 @contextlib.contextmanager
-def sampled(pid: int, raw: Path, rate: int, on: bool) -> Iterator[Path]:
-    """py-spy's samples of `pid` into `raw` while the block runs, when `on`."""
+def sampled(
+    into: dict[str, Any],
+    key: str,
+    pid: int,
+    raw: Path,
+    rate: int,
+    on: bool,
+    seconds: Callable[[], float],
+    gil: bool = False,
+) -> Iterator[None]:
+    """When `on`, py-spy samples `pid` into `raw` while the block runs; then `into[key]` is
+    their summary over `seconds()` of wall time, the phase's as the block measured it.
+    `gil` samples only the thread holding the GIL (benchlib.py_spy)."""
     from benchlib import py_spy
 
     if not on:
-        yield raw
+        yield
         return
-    with py_spy(pid, raw, rate):
-        yield raw
+    with py_spy(pid, raw, rate, gil):
+        yield
+    into[key] = spy_summary(raw.read_text(), rate, seconds(), gil=gil)
 
 
-def spy_summary(raw: str, rate: int, seconds: float, top: int = 6) -> dict[str, Any]:
+def spy_summary(
+    raw: str, rate: int, seconds: float, top: int = 6, gil: bool = False
+) -> dict[str, Any]:
     """py-spy's busy samples of one phase (pure): how busy, on what job, in which functions.
 
-    `busy_s` is thread-seconds of Python work (samples / rate) in `seconds` of
-    wall time; jobs are bench/profile_passes.py's (a pass, or the API requests
+    `busy_s` is thread-seconds of sampled work (samples / rate) in `seconds` of
+    wall time: Python's alone when `gil` (only the thread holding the GIL was
+    sampled). Jobs are bench/profile_passes.py's (a pass, or the API requests
     handed to worker threads); `self` is the frame on top, over every sample.
     """
-    from profile_passes import _function, summarize
+    from profile_passes import overall, summarize
 
     lines = raw.splitlines()
-    total = 0
-    own: Counter[str] = Counter()
-    for line in lines:
-        stack, _, count = line.rpartition(" ")
-        if stack and count.isdigit():
-            total += int(count)
-            own[_function(stack.split(";")[-1])] += int(count)
+    every = overall(lines)
+    total = every.samples
     jobs = {job: p.samples for job, p in summarize(lines).items() if p.samples}
     return {
         "rate": rate,
+        "gil": gil,
         "seconds": seconds,
         "samples": total,
         "busy_s": total / rate,
         "jobs": {job: n / total for job, n in sorted(jobs.items(), key=lambda kv: -kv[1])}
         if total
         else {},
-        "self": [(name, n / total) for name, n in own.most_common(top)] if total else [],
+        "self": [(name, n / total) for name, n in every.own.most_common(top)] if total else [],
     }
 
 
@@ -797,7 +807,15 @@ def measure_size(
         spawned_wall = time.time()
         op.start()
         assert op.proc is not None
-        with sampled(op.proc.pid, workdir / "converge.spy", phases.spy_rate, profiled) as spy:
+        with sampled(
+            sides["operator"],
+            "converge_profile",
+            op.proc.pid,
+            workdir / "converge.spy",
+            phases.spy_rate,
+            profiled,
+            lambda: float(sides["operator"]["converge_s"]),
+        ):
             wait_for(
                 lambda: operator_converged(api, want),
                 phases.timeout_s,
@@ -806,10 +824,6 @@ def measure_size(
             sides["operator"]["converge_s"] = time.monotonic() - op.started_at
             sides["operator"]["converge_cpu_s"] = cpu_seconds(op.proc.pid)
         sides["operator"]["control_plane_cpu_s"] = spent_since(before)
-        if profiled:
-            sides["operator"]["converge_profile"] = spy_summary(
-                spy.read_text(), phases.spy_rate, sides["operator"]["converge_s"]
-            )
         op_events = audit.events(mark, audit.mark(), user=OPERATOR_USER)
         sides["operator"]["requests"] = by_verb(op_events)
         sides["operator"]["rewrites"] = rewrites(op_events)
@@ -846,12 +860,16 @@ def measure_size(
             # 4. churn, all three running
             cpu = {side: cpu_seconds(pid) for side, pid in pids.items()}
             marks = audit.mark()
-            with sampled(pids["operator"], workdir / "churn.spy", phases.spy_rate, profiled) as spy:
+            with sampled(
+                sides["operator"],
+                "churn_profile",
+                pids["operator"],
+                workdir / "churn.spy",
+                phases.spy_rate,
+                profiled,
+                lambda: float(done["seconds"]),
+            ):
                 done = churn(api, size, phases, size.nodes, linux_node, floor)
-            if profiled:
-                sides["operator"]["churn_profile"] = spy_summary(
-                    spy.read_text(), phases.spy_rate, done["seconds"]
-                )
             churn_events = {
                 side: len(audit.events(marks, audit.mark(), user=user))
                 for side, user in (
@@ -874,14 +892,20 @@ def measure_size(
             # 5. idle
             cpu = {side: cpu_seconds(pid) for side, pid in pids.items()}
             idle_began = time.monotonic()
-            with sampled(pids["operator"], workdir / "idle.spy", phases.spy_rate, profiled) as spy:
+            with sampled(
+                sides["operator"],
+                "idle_profile",
+                pids["operator"],
+                workdir / "idle.spy",
+                phases.spy_rate,
+                profiled,
+                lambda: time.monotonic() - idle_began,
+                # What the idle CPU goes to: only the thread doing Python work.
+                gil=True,
+            ):
                 # The phase itself: nothing happens but heartbeats.
                 threading.Event().wait(phases.idle_s)
             idle = time.monotonic() - idle_began
-            if profiled:
-                sides["operator"]["idle_profile"] = spy_summary(
-                    spy.read_text(), phases.spy_rate, idle
-                )
             for side, pid in pids.items():
                 sides[side]["idle_cpu_pct"] = 100 * (cpu_seconds(pid) - cpu[side]) / idle
                 sides[side]["rss_settled_kib"] = proc_status_kib(pid, "VmRSS")
@@ -1011,6 +1035,7 @@ METRICS = (
     Metric("label_p99", "namespace label flipped → seen: p99", "ms", _reaction("namespace", 0.99)),
     Metric("idle_cpu", "idle CPU (heartbeats only)", "% of a core", _side("idle_cpu_pct")),
 )
+METRIC_BY_KEY = {m.key: m for m in METRICS}
 
 
 def value(results: Mapping[str, Any], size: str, side: str, metric: Metric) -> float | None:
@@ -1120,11 +1145,10 @@ def _at_most(name: str, ours: float | None, unit: str, limit: float) -> Target:
 
 def targets(results: Mapping[str, Any]) -> list[Target]:
     """The targets of issues 33 and 44 against the run (pure)."""
-    by = {m.key: m for m in METRICS}
     sizes = list(results.get("sizes") or {})
 
     def of(size: str, side: str, key: str) -> float | None:
-        return value(results, size, side, by[key])
+        return value(results, size, side, METRIC_BY_KEY[key])
 
     out = [
         _within(
@@ -1475,10 +1499,20 @@ def _profile_text(profile: Mapping[str, Any]) -> str:
     """One sentence of a py-spy summary (spy_summary's)."""
     jobs = ", ".join(f"{job} {share:.0%}" for job, share in (profile.get("jobs") or {}).items())
     frames = ", ".join(f"`{name}` {share:.0%}" for name, share in profile.get("self") or [])
+    if profile.get("gil"):
+        took = (
+            f"py-spy ({profile['rate']} samples a second, nonblocking, only the thread holding "
+            f"the GIL) took {profile['samples']:,} samples in {profile['seconds']:.1f} s: "
+            f"{profile['busy_s']:.2f} s of Python work"
+        )
+    else:
+        took = (
+            f"py-spy ({profile['rate']} samples a second, nonblocking) took "
+            f"{profile['samples']:,} samples of active threads in {profile['seconds']:.1f} s "
+            "(it counts a thread waiting in an SSL read or in epoll as active)"
+        )
     return (
-        f"py-spy ({profile['rate']} samples a second, nonblocking) took "
-        f"{profile['samples']:,} samples of active threads in {profile['seconds']:.1f} s "
-        "(it counts a thread waiting in an SSL read or in epoll as active)"
+        took
         + (f"; by job: {jobs}" if jobs else "")
         + (f"; on top of the stack: {frames}" if frames else "")
         + "."
@@ -1554,7 +1588,6 @@ def bounds_lines(results: Mapping[str, Any]) -> list[str]:
             f"{sides['floor']['idle_cpu_pct']:.2f} % for only receiving the same watch events."
         )
         out += with_profile(text, "idle_profile")
-    by = {m.key: m for m in METRICS}
     for name in sizes:
         for key, what in (("node", "node → seen"), ("label", "label → seen")):
             late = [
@@ -1564,12 +1597,12 @@ def bounds_lines(results: Mapping[str, Any]) -> list[str]:
             ]
             if not late:
                 continue
-            ours = ", ".join(
-                f"{q} {_fmt(value(results, name, 'operator', by[f'{key}_{q}']), 'ms')}"
-                for q in late
-            )
-            floor = ", ".join(
-                f"{q} {_fmt(value(results, name, 'floor', by[f'{key}_{q}']), 'ms')}" for q in late
+            ours, floor = (
+                ", ".join(
+                    f"{q} {_fmt(value(results, name, side, METRIC_BY_KEY[f'{key}_{q}']), 'ms')}"
+                    for q in late
+                )
+                for side in ("operator", "floor")
             )
             profile = sizes[name]["sides"]["operator"].get("churn_profile")
             out += [

@@ -29,7 +29,7 @@ import argparse
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,25 +65,41 @@ def _function(frame: str) -> str:
     return f"{name} ({path.rsplit('/', 1)[-1]})" if path else name
 
 
-def summarize(lines: Iterable[str]) -> dict[str, Profile]:
-    """py-spy's raw (collapsed) output: `frame;frame;... count`, outermost frame first."""
-    profiles: dict[str, Profile] = {}
+def stacks(lines: Iterable[str]) -> Iterator[tuple[list[str], int]]:
+    """py-spy's raw (collapsed) output, `frame;frame;... count` with the outermost frame
+    first, as (frames, count); lines of any other shape are passed over."""
     for line in lines:
         stack, _, count_text = line.rstrip("\n").rpartition(" ")
-        if not stack or not count_text.isdigit():
-            continue
-        count = int(count_text)
-        frames = stack.split(";")
+        if stack and count_text.isdigit():
+            yield stack.split(";"), int(count_text)
+
+
+def overall(lines: Iterable[str]) -> Profile:
+    """Every sample, whatever its job: the whole process's busy samples by function."""
+    profile = Profile()
+    for frames, count in stacks(lines):
+        _add(profile, frames, count)
+    return profile
+
+
+def summarize(lines: Iterable[str]) -> dict[str, Profile]:
+    """The samples of each job (JOBS, and the requests of worker threads), counted from the
+    job's entry frame up."""
+    profiles: dict[str, Profile] = {}
+    for frames, count in stacks(lines):
         job, start = _job(frames)
-        if job is None:
-            continue
-        below = frames[start:]
-        profile = profiles.setdefault(job, Profile())
-        profile.samples += count
-        for name in dict.fromkeys(_function(frame) for frame in below):
-            profile.inclusive[name] += count
-        profile.own[_function(below[-1])] += count
+        if job is not None:
+            _add(profiles.setdefault(job, Profile()), frames[start:], count)
     return profiles
+
+
+def _add(profile: Profile, frames: list[str], count: int) -> None:
+    """One stack's samples: inclusive once per function however deep it recurs, and own
+    for the frame on top."""
+    profile.samples += count
+    for name in dict.fromkeys(_function(frame) for frame in frames):
+        profile.inclusive[name] += count
+    profile.own[_function(frames[-1])] += count
 
 
 def _job(frames: list[str]) -> tuple[str | None, int]:

@@ -21,6 +21,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -140,9 +141,12 @@ def own_cluster(
         yield local
 
 
-# `make test` builds the images beside the tests (hack/run_tests.py) and names
-# the folder where the build's end is written; a plain `pytest` leaves it unset.
-IMAGES_STATUS_ENV = "AMBIENT_IMAGES_STATUS"
+# `make test` builds the images beside the tests (hack/run_tests.py) and names,
+# in STATUS_ENV, the folder where the build's end is written; a plain `pytest`
+# leaves it unset.
+sys.path.insert(0, str(REPO_ROOT / "hack"))
+from run_tests import STATUS_ENV as IMAGES_STATUS_ENV  # noqa: E402
+
 # A cold build of both ztunnels at the lowest priority, beside the tests, on 2 cores.
 IMAGES_DEADLINE_S = 60 * 60
 

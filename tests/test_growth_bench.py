@@ -340,6 +340,18 @@ def test_each_missed_target_says_what_bounds_it() -> None:
     assert growth.bounds_lines(results)[label + 2].startswith(
         "py-spy (100 samples a second, nonblocking) took 50 samples of active threads in 60.0 s"
     )
+    # The idle profile samples only the thread holding the GIL: Python's own work.
+    large["operator"]["idle_profile"] = growth.spy_summary(SPY, rate=100, seconds=120.0, gil=True)
+    idle = growth.bounds_lines(results).index(
+        "**Idle CPU at L.** 1.25 % of a core with nothing changing but kwok's heartbeats, "
+        "against the floor's 0.10 % for only receiving the same watch events."
+    )
+    assert growth.bounds_lines(results)[idle + 2] == (
+        "py-spy (100 samples a second, nonblocking, only the thread holding the GIL) took 50 "
+        "samples in 120.0 s: 0.50 s of Python work; by job: requests 60%, gateway 20%; on top "
+        "of the stack: `SSLSocket.read (ssl.py)` 60%, `render_object (templating.py)` 20%, "
+        "`wait (threading.py)` 20%."
+    )
     # Met targets need no word: the run as it was misses only convergence at L.
     assert growth.bounds_lines(RESULTS)[2].startswith("**Convergence at L.**")
     assert not any(line.startswith("**Idle") for line in growth.bounds_lines(RESULTS))
@@ -374,6 +386,7 @@ def test_the_harness_runs_at_a_tiny_size(tmp_path: Path) -> None:
     converging = sides["operator"]["converge_profile"]
     assert converging["samples"] > 0 and converging["self"], converging
     assert sides["operator"]["idle_profile"]["seconds"] >= 2
+    assert sides["operator"]["idle_profile"]["gil"] is True
     assert sides["operator"]["churn_profile"]["seconds"] == result["churn"]["seconds"]
     # Lists first, then the writes, all before the poll saw it converged.
     times = sides["operator"]["timeline"]

@@ -5,17 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 import conftest
-from conftest import REPO_ROOT, wait_for
-
-sys.path.insert(0, str(REPO_ROOT / "hack"))
-
-import run_tests
+import run_tests  # on the path through conftest
+from conftest import wait_for
 
 
 def test_the_build_beside_writes_its_end_and_its_log(tmp_path: Path) -> None:
