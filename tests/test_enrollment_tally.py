@@ -165,6 +165,23 @@ def test_the_tally_is_summarize(steps: list[tuple[Any, ...]], misses: int) -> No
         assert tally.enrollment(misses) == summarize(
             pods_by_key.values(), namespaces, node_os, misses
         )
+        for os_name in ("linux", "windows"):
+            assert tally.nodes_of(os_name) == list(node_os.values()).count(os_name)
+
+
+def test_the_tally_counts_nodes_by_os() -> None:
+    tally = EnrollmentTally()
+    tally.node("n1", "linux")
+    tally.node("n2", "windows")
+    tally.node("n3", "windows")
+    assert (tally.nodes_of("linux"), tally.nodes_of("windows")) == (1, 2)
+    tally.node("n2", "linux")  # relabelled
+    tally.node("n3", "windows")  # told again: no change
+    assert (tally.nodes_of("linux"), tally.nodes_of("windows")) == (2, 1)
+    tally.node("n3", None)
+    tally.node("n3", None)  # gone twice: counted once
+    tally.node("n9", None)  # never seen
+    assert (tally.nodes_of("linux"), tally.nodes_of("windows")) == (2, 0)
 
 
 def test_the_tally_counts_enrolled_windows_pods_per_node() -> None:

@@ -163,6 +163,7 @@ class EnrollmentTally:
         self._by_node: dict[str, set[PodKey]] = {}
         self._labels: dict[str, Mapping[str, str]] = {}
         self._node_os: dict[str, str] = {}
+        self._nodes_by_os: dict[str, int] = {}
         self._enrolled_namespaces: set[str] = set()
         self._counts: dict[Counted, int] = {}
         # Enrolled Windows pods by node (microsoft/hcsshim#2571's per-node limit), and
@@ -210,15 +211,23 @@ class EnrollmentTally:
 
     def node(self, name: str, os_name: str | None) -> None:
         """A node's OS as enrollment reads it (None: the node is gone)."""
-        if os_name is None:
-            if self._node_os.pop(name, None) is None:
-                return
-        elif self._node_os.get(name) == os_name:
+        was = self._node_os.get(name)
+        if was == os_name:
             return
+        if was is not None:
+            self._nodes_by_os[was] -= 1
+        if os_name is None:
+            del self._node_os[name]
         else:
             self._node_os[name] = os_name
+            self._nodes_by_os[os_name] = self._nodes_by_os.get(os_name, 0) + 1
         for key in self._by_node.get(name, ()):
             self._recount(key)
+
+    def nodes_of(self, os_name: str) -> int:
+        """How many nodes run `os_name` as enrollment reads it, without walking the nodes: the
+        waypoints ask on every pass whether there is a Windows node at all."""
+        return self._nodes_by_os.get(os_name, 0)
 
     def enrollment(self, workaround_misses: int = 0, image_unavailable: int = 0) -> Enrollment:
         """What `summarize` says of the pods, namespaces and nodes told so far; the webhook's

@@ -17,7 +17,6 @@ from pydantic import ValidationError
 from ambient_operator.api import metrics
 from ambient_operator.api.conditions import ErrorReason
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
-from ambient_operator.cluster.facts import node_os
 from ambient_operator.cluster.revisions import revision_inputs, revision_tags
 from ambient_operator.controllers.waypoints.common import (
     CONCURRENCY,
@@ -91,7 +90,7 @@ class WaypointController(WaypointReports):
         if revisions != self._revisions_seen:
             self._revisions_seen = revisions
             self.mark_all()
-        windows = any(node_os(node) == "windows" for node in list(self.state.nodes.values()))
+        windows = self.state.tally.nodes_of("windows") > 0
         if windows != self._windows_seen:
             self._windows_seen = windows
             self.defaults_dirty = True
