@@ -102,7 +102,7 @@ demo: venv bins
 	$(if $(filter 1,$(REAL_NODE)),$(PY) -m ambient_images --only ambient-operator,ztunnel,install-cni,sample-app,pause)
 	$(PY) hack/demo.py $(if $(filter 1,$(REAL_NODE)),,--no-real-node)
 
-# Every benchmark on private local clusters (the better part of an hour on 2 cores):
+# Every benchmark on private local clusters (about 75 minutes on 2 cores, 2026-12-07):
 # a table, charts in bench/out/, and docs/performance.md.
 bench: venv bins
 	$(PY) bench/run_all.py
@@ -119,7 +119,7 @@ bench-datapath: venv bins
 bench-cold: venv
 	$(PY) bench/cold_test.py $(if $(filter 1,$(BUILDS_ONLY)),--builds-only)
 
-# How cost grows with the cluster (S, M, L beside istiod and a floor; about 25 minutes
+# How cost grows with the cluster (S, M, L beside istiod and a floor; about 30 minutes
 # on 2 cores): charts in bench/out/growth/ and docs/growth/, a section of docs/performance.md.
 bench-growth: venv bins
 	$(PY) bench/growth.py

@@ -1,6 +1,6 @@
 """The pure half of bench/run_all.py: figures, table, charts and document from results.
 
-A real `make bench` takes the better part of an hour and `--quick` minutes,
+A real `make bench` takes about 75 minutes and `--quick` minutes,
 so here synthetic results stand in for measured ones; what is checked is
 behaviour (what gets written, which targets count as met), never seconds.
 """
