@@ -899,13 +899,13 @@ def measure_size(
                 workdir / "idle.spy",
                 phases.spy_rate,
                 profiled,
-                lambda: time.monotonic() - idle_began,
+                lambda: idle,
                 # What the idle CPU goes to: only the thread doing Python work.
                 gil=True,
             ):
                 # The phase itself: nothing happens but heartbeats.
                 threading.Event().wait(phases.idle_s)
-            idle = time.monotonic() - idle_began
+                idle = time.monotonic() - idle_began
             for side, pid in pids.items():
                 sides[side]["idle_cpu_pct"] = 100 * (cpu_seconds(pid) - cpu[side]) / idle
                 sides[side]["rss_settled_kib"] = proc_status_kib(pid, "VmRSS")
