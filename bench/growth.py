@@ -1036,6 +1036,8 @@ METRICS = (
     Metric("idle_cpu", "idle CPU (heartbeats only)", "% of a core", _side("idle_cpu_pct")),
 )
 METRIC_BY_KEY = {m.key: m for m in METRICS}
+# The reactions timed under churn: their metrics' key prefix, and their targets' name.
+REACTIONS = (("node", "node → seen"), ("label", "label → seen"))
 
 
 def value(results: Mapping[str, Any], size: str, side: str, metric: Metric) -> float | None:
@@ -1226,7 +1228,7 @@ def targets(results: Mapping[str, Any]) -> list[Target]:
         )
     # Issue 44: reactions under churn at every size, and each object written once.
     for size in sizes:
-        for key, what in (("node", "node → seen"), ("label", "label → seen")):
+        for key, what in REACTIONS:
             out.append(
                 _at_most(
                     f"{size}: {what} p50 ≤ 100 ms", of(size, "operator", f"{key}_p50"), "ms", 100
@@ -1589,7 +1591,7 @@ def bounds_lines(results: Mapping[str, Any]) -> list[str]:
         )
         out += with_profile(text, "idle_profile")
     for name in sizes:
-        for key, what in (("node", "node → seen"), ("label", "label → seen")):
+        for key, what in REACTIONS:
             late = [
                 q
                 for q in ("p50", "p99")
