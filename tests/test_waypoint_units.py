@@ -22,8 +22,11 @@ from ambient_operator.api.conditions import Verdict
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.apply.plan import Owner, prepare
 from ambient_operator.cli.waypoint import waypoint_gateway
+from ambient_operator.cluster.revisions import revision_inputs
 from ambient_operator.cluster.state import ClusterState
+from ambient_operator.cluster.watches import state_watches
 from ambient_operator.controllers.waypoints import WaypointController
+from ambient_operator.controllers.waypoints import controller as waypoint_controller
 from ambient_operator.render import placement as pl
 from ambient_operator.render.waypoints.class_defaults import (
     CLASS_DEFAULTS_NAME,
@@ -1017,6 +1020,46 @@ def test_class_status() -> None:
 
 def _controller() -> WaypointController:
     return WaypointController(ClusterState(), None, None)  # type: ignore[arg-type]
+
+
+def test_revisions_are_read_again_only_when_a_tag_or_a_namespaces_rev_moved(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ctl = _controller()
+    rows = {row.id: row.record for row in state_watches(ctl.state, [])}
+    walks: list[int] = []  # each walk of every namespace, by its count of namespaces
+
+    def counted(tags: Any, namespaces: Any) -> Any:
+        walks.append(len(namespaces))
+        return revision_inputs(tags, namespaces)
+
+    monkeypatch.setattr(waypoint_controller, "revision_inputs", counted)
+
+    def namespace(name: str, version: str, **labels: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "resourceVersion": version, "labels": labels}}
+
+    def tag(revision: str) -> dict[str, Any]:
+        labels = {"istio.io/tag": "prod", c.LABEL_REVISION: revision}
+        return {"metadata": {"name": "istio-revision-tag-prod", "labels": labels}}
+
+    rows["namespaces"](None, namespace("shop", "1"))
+    assert ctl.revisions_moved()  # the first pass reads them
+    assert not ctl.revisions_moved()
+    rows["namespaces"](None, namespace("shop", "2", **{"istio.io/dataplane-mode": "ambient"}))
+    assert not ctl.revisions_moved()
+    rows["namespaces"](None, namespace("shop", "3", **{c.LABEL_REVISION: "prod"}))
+    assert ctl.revisions_moved()
+    rows["revision-tags"](None, tag("canary"))
+    assert ctl.revisions_moved() and ctl.tags == {"prod": "canary"}
+    rows["revision-tags"](None, tag("canary"))  # the same again: no change
+    assert not ctl.revisions_moved()
+    rows["namespaces"]("DELETED", namespace("shop", "4"))
+    assert ctl.revisions_moved()
+    rows["revision-tags"]("DELETED", tag("canary"))
+    assert ctl.revisions_moved() and ctl.tags == {}
+    # Read on the first call and after each of the four moves; never for a
+    # dataplane-mode label, a tag written again, or a call with nothing new.
+    assert walks == [1, 1, 1, 0, 0]
 
 
 def test_gateway_events_mark_only_that_gateway_and_skip_stale_copies() -> None:

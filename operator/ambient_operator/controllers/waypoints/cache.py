@@ -75,6 +75,8 @@ class WaypointCache:
         self._spec_seen: Any = None
         self._windows_seen: bool | None = None
         self._revisions_seen: Any = None
+        # ClusterState.revision_changes when the revision inputs were last read.
+        self._revision_count = -1
         # istiod's revision tags (tag -> revision), read once per pass.
         self.tags: dict[str, str] = {}
         self._last_full = time.monotonic()

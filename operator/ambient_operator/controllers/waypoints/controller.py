@@ -83,12 +83,7 @@ class WaypointController(WaypointReports):
         if time.monotonic() - self._last_full >= self.resync_seconds:
             self._last_full = time.monotonic()
             self.mark_all()
-        # A tag moved, or a namespace's istio.io/rev: any waypoint may talk to
-        # another istiod now (cluster/revisions.py).
-        self.tags = revision_tags(self.state.revision_tags.values())
-        revisions = revision_inputs(self.tags, self.state.namespaces)
-        if revisions != self._revisions_seen:
-            self._revisions_seen = revisions
+        if self.revisions_moved():
             self.mark_all()
         windows = self.state.tally.nodes_of("windows") > 0
         if windows != self._windows_seen:
@@ -128,6 +123,24 @@ class WaypointController(WaypointReports):
             metrics.RECONCILE_SECONDS.labels(controller=METRICS_NAME).observe(
                 time.monotonic() - started
             )
+
+    def revisions_moved(self) -> bool:
+        """Whether a tag or a namespace's istio.io/rev moved since the last call: any
+        waypoint may talk to another istiod now (cluster/revisions.py).
+
+        The watches count those changes (ClusterState.revision_changes); while
+        the count stands the inputs do too, so a pass under churn does not walk
+        every namespace.
+        """
+        if self.state.revision_changes == self._revision_count:
+            return False
+        self._revision_count = self.state.revision_changes
+        self.tags = revision_tags(self.state.revision_tags.values())
+        revisions = revision_inputs(self.tags, self.state.namespaces)
+        if revisions == self._revisions_seen:
+            return False
+        self._revisions_seen = revisions
+        return True
 
     async def _step(self, what: str, work: Coroutine[Any, Any, None]) -> None:
         """Run the class or class-defaults step; a failure is retried later, not lost."""
