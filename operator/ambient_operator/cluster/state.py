@@ -18,6 +18,7 @@ from ambient_operator.api import constants as c
 from ambient_operator.api.constants import LABEL_CONTROLLER
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.cluster.enrollment import EnrollmentTally
+from ambient_operator.cluster.node_table import NodeTable
 from ambient_operator.kube.resources import ObjectKey, key_of, resource_version
 
 SIDECAR_STATUS_ANNOTATION = "sidecar.istio.io/status"
@@ -93,7 +94,8 @@ class ClusterState:
     mesh: dict[str, Any] | None = None
     # The AmbientMesh CRD as the API server serves it (status/schema.py reads it).
     mesh_crd: dict[str, Any] | None = None
-    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # A NodeTable: a node pass catches up with the Nodes that changed alone.
+    nodes: dict[str, dict[str, Any]] = field(default_factory=NodeTable)
     services: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     deployments: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     owned: dict[ObjectKey, dict[str, Any]] = field(default_factory=dict)

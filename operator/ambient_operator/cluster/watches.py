@@ -132,7 +132,7 @@ def heartbeat_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     few minutes: at 5,000 nodes, most of an idle operator's events. Compared
     at C speed on what differs; anything else (a condition's status, a
     taint, a label) is a change. The cached copy is then kept as it is, so
-    the passes' per-node reads (controllers/dataplane_moves.PerNode) see the
+    the passes' per-node reads (cluster/node_table.PerNode) see the
     same object and read nothing again.
     """
     if old.keys() != new.keys():

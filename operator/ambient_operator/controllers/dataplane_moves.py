@@ -11,9 +11,8 @@ message, what a DaemonSet's pods use). The pass itself is in dataplane.py.
 from __future__ import annotations
 
 import asyncio
-import bisect
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -30,12 +29,13 @@ from ambient_operator.cluster.facts import (
     ClusterFacts,
     NodeFacts,
 )
+from ambient_operator.cluster.node_table import PerNode
 from ambient_operator.cluster.platform import (
+    MarkTally,
     NodeMark,
     PlatformChoice,
     choice_warning,
     effective_platform,
-    guess_platform,
     node_mark,
 )
 from ambient_operator.cluster.state import ClusterState
@@ -51,7 +51,6 @@ from ambient_operator.status.components import (
 )
 from ambient_operator.status.events import EventRecorder, now_rfc3339
 
-T = TypeVar("T")
 CONTROLLER = c.DATAPLANE_CONTROLLER
 MESH = KINDS[("ambientoperator.io/v1alpha1", "AmbientMesh")]
 NAMESPACE = KINDS[("v1", "Namespace")]
@@ -89,43 +88,6 @@ def _uses(obj: Mapping[str, Any]) -> Iterator[ObjectKey]:
 
 def _named(key: ObjectKey) -> str:
     return describe({"kind": key[1], "metadata": {"namespace": key[2], "name": key[3]}})
-
-
-class PerNode(Generic[T]):
-    """What `read` makes of each Node, in name order, read again only for a changed Node.
-
-    The caches replace a Node's object on each of its events: an unchanged
-    Node is the same object. The name order is kept from pass to pass, and
-    mended where Nodes came or went, so a pass costs a look-up per Node.
-    """
-
-    def __init__(self, read: Callable[[Mapping[str, Any]], T]) -> None:
-        self._read = read
-        self._names: list[str] = []
-        self._known: set[str] = set()
-        self._held: dict[str, tuple[Mapping[str, Any], T]] = {}
-        # Nodes read, for tests that count the work.
-        self.reads = 0
-
-    def update(self, nodes: Mapping[str, Mapping[str, Any]]) -> list[T]:
-        """What `read` makes of each of `nodes` (by name), in name order."""
-        held, known = self._held, self._known
-        for name in known - nodes.keys():
-            del self._names[bisect.bisect_left(self._names, name)]
-            known.discard(name)
-            held.pop(name, None)
-        for name in nodes.keys() - known:
-            bisect.insort(self._names, name)
-            known.add(name)
-        out = []
-        for name in self._names:
-            node = nodes[name]
-            last = held.get(name)
-            if last is None or last[0] is not node:
-                last = held[name] = (node, self._read(node))
-                self.reads += 1
-            out.append(last[1])
-        return out
 
 
 class DataplaneMoves:
@@ -175,7 +137,8 @@ class DataplaneMoves:
         # replace a Node's object on each of its events, so an unchanged one is
         # the same object.
         self._node_facts: PerNode[NodeFacts] = PerNode(NodeFacts.from_node)
-        self._node_marks: PerNode[NodeMark | None] = PerNode(node_mark)
+        self._marks = MarkTally()
+        self._node_marks: PerNode[NodeMark | None] = PerNode(node_mark, self._marks.set)
         # Nodes whose facts were read, for tests that count the work.
         self.node_facts_read = 0
 
@@ -240,8 +203,8 @@ class DataplaneMoves:
         """Cluster facts for render, from the caches; `ours` (this mesh's objects, `ours()`)
         tells a rollout's progress.
 
-        `choice` is `platform_choice(spec)` when the caller has it already:
-        detection reads every Node.
+        `choice` is `platform_choice(spec)` when the caller has it already,
+        taken from the same Nodes.
         """
         nodes = self.node_facts()
         choice = choice or self.platform_choice(spec)
@@ -264,8 +227,10 @@ class DataplaneMoves:
 
     def platform_choice(self, spec: AmbientMeshSpec) -> PlatformChoice:
         """The platform the agents are rendered for: spec.platform, or what the Nodes say."""
-        marks = [mark for mark in self._node_marks.update(self.state.nodes) if mark is not None]
-        return effective_platform(spec.platform, guess_platform(marks))
+        # The marks' tally catches up with the nodes that changed: a guess costs
+        # the platforms, not a walk of every node.
+        self._node_marks.update(self.state.nodes)
+        return effective_platform(spec.platform, self._marks.guess())
 
     @staticmethod
     def running_agents(

@@ -1,0 +1,155 @@
+"""The Node cache, which remembers which Nodes changed, and the per-node reads kept from it.
+
+A node's arrival, departure or change is keyed (cluster/watches.py): its
+pass must cost that node, not the cluster. At 5,000 nodes, walking every
+Node to find the one that changed was a third of a node pass's CPU
+(bench/pass_cost.py). `NodeTable` is a dict that also keeps the order in
+which its names last changed, so `PerNode` catches up with the changed
+names alone.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+# Names kept in the change log beyond the live ones (those of deleted Nodes,
+# mostly) before the oldest are forgotten; a reader further behind than that
+# reads every Node once.
+LOG_SLACK = 1024
+
+
+class NodeTable(dict[str, dict[str, Any]]):
+    """Nodes by name, as a dict, that also logs the order in which names changed.
+
+    Every change goes through `__setitem__`, `__delitem__` or `pop` (the
+    watches' only writes); the other writers of a dict are closed, so that
+    no change can bypass the log.
+    """
+
+    def __init__(self, nodes: Mapping[str, dict[str, Any]] | None = None) -> None:
+        super().__init__()
+        # Counts changes; each logged name carries the count at its last change.
+        self.version = 0
+        self._log: OrderedDict[str, int] = OrderedDict()
+        # Changes up to this count may have been forgotten.
+        self._floor = 0
+        for name, node in (nodes or {}).items():
+            self[name] = node
+
+    def _note(self, name: str) -> None:
+        self.version += 1
+        self._log[name] = self.version
+        self._log.move_to_end(name)
+        if len(self._log) > len(self) + LOG_SLACK:
+            _, self._floor = self._log.popitem(last=False)
+
+    def __setitem__(self, name: str, node: dict[str, Any]) -> None:
+        super().__setitem__(name, node)
+        self._note(name)
+
+    def __delitem__(self, name: str) -> None:
+        super().__delitem__(name)
+        self._note(name)
+
+    def pop(self, name: str, *default: Any) -> Any:
+        """dict.pop, logged when something was removed."""
+        if name in self:
+            node = super().pop(name)
+            self._note(name)
+            return node
+        if default:
+            return default[0]
+        raise KeyError(name)
+
+    def _closed(self, *_: Any, **__: Any) -> Any:
+        raise TypeError("NodeTable changes one name at a time: use [name] =, del or pop")
+
+    update = setdefault = popitem = clear = __ior__ = _closed
+
+    def changed_since(self, version: int) -> list[str] | None:
+        """Names changed (set or removed) after `version`, latest first; None when some
+        of those changes were forgotten (read every name instead)."""
+        if version < self._floor:
+            return None
+        out = []
+        for name, at in reversed(self._log.items()):
+            if at <= version:
+                break
+            out.append(name)
+        return out
+
+
+class PerNode(Generic[T]):
+    """What `read` makes of each Node, in name order, read again only for a changed Node.
+
+    The caches replace a Node's object on each of its events: an unchanged
+    Node is the same object. From a `NodeTable` only the names changed since
+    the last call are looked at; from another mapping, every name (a look-up
+    per Node).
+    """
+
+    def __init__(
+        self,
+        read: Callable[[Mapping[str, Any]], T],
+        changed: Callable[[str, T | None], None] | None = None,
+    ) -> None:
+        self._read = read
+        # Told each node's new reading as it is made, and None when a node goes:
+        # for a tally kept beside (cluster/platform.py's MarkTally).
+        self._changed = changed
+        self._names: list[str] = []
+        # Beside _names: each node's object and what `read` made of it.
+        self._nodes: list[Mapping[str, Any]] = []
+        self._out: list[T] = []
+        # The table caught up with, and its version then.
+        self._table: NodeTable | None = None
+        self._version = 0
+        # Nodes read, for tests that count the work.
+        self.reads = 0
+
+    def update(self, nodes: Mapping[str, Mapping[str, Any]]) -> list[T]:
+        """What `read` makes of each of `nodes` (by name), in name order."""
+        changed = (
+            nodes.changed_since(self._version)
+            if isinstance(nodes, NodeTable) and nodes is self._table
+            else None
+        )
+        if changed is None:
+            self._catch_up(nodes, sorted(nodes.keys() | set(self._names)))
+        else:
+            self._catch_up(nodes, changed)
+        if isinstance(nodes, NodeTable):
+            self._table, self._version = nodes, nodes.version
+        else:
+            self._table = None
+        return list(self._out)
+
+    def _catch_up(self, nodes: Mapping[str, Mapping[str, Any]], names: Iterable[str]) -> None:
+        for name in names:
+            at = bisect.bisect_left(self._names, name)
+            known = at < len(self._names) and self._names[at] == name
+            node = nodes.get(name)
+            if node is None:
+                if known:
+                    del self._names[at], self._nodes[at], self._out[at]
+                    self._tell(name, None)
+                continue
+            if known and self._nodes[at] is node:
+                continue
+            value = self._read(node)
+            self.reads += 1
+            if known:
+                self._nodes[at], self._out[at] = node, value
+            else:
+                self._names.insert(at, name)
+                self._nodes.insert(at, node)
+                self._out.insert(at, value)
+            self._tell(name, value)
+
+    def _tell(self, name: str, value: T | None) -> None:
+        if self._changed is not None:
+            self._changed(name, value)
