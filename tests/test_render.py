@@ -890,6 +890,28 @@ def test_inventory_counts_and_examples() -> None:
     ]
 
 
+def test_the_verdicts_are_tallied_once_for_every_reader() -> None:
+    nodes = (
+        *MIXED,
+        *(windows(f"old-{i:02}", c.BUILD_WS2019) for i in range(3)),
+        NodeFacts("mystery", "windows", "amd64", None, False, {}),
+    )
+    result = render(nodes=nodes)
+    tally = result.tally
+    assert result.tally is tally  # the status, the metrics and the problems read one walk
+    assert tally.counts == {
+        ("linux", None, True): 2,
+        ("windows", WS2022, True): 1,
+        ("windows", WS2025, True): 1,
+        ("windows", c.BUILD_WS2019, False): 3,
+        ("windows", None, False): 1,
+    }
+    assert (tally.nodes(), tally.nodes("linux"), tally.nodes("windows")) == (8, 2, 6)
+    assert [v.node for v in tally.unsupported] == ["mystery", "old-00", "old-01", "old-02"]
+    assert tally.windows_served == ("w22", "w25")
+    assert result.unsupported() == tally.unsupported
+
+
 def test_sample_inventory_plan() -> None:
     result = render(
         nodes=tuple(load_nodes(REPO / "operator/ambient_operator/samples/nodes-mixed.yaml"))

@@ -197,7 +197,7 @@ class DataplaneStatus(DataplaneMoves, ABC):
             revisions=self._revisions(spec),
             windows=windows_status(
                 spec,
-                (v.node for v in result.verdicts if v.os == "windows" and v.supported),
+                result.tally.windows_served,
                 self.state.tally.windows_pods_by_node(),
             ),
         )
@@ -306,12 +306,11 @@ class DataplaneStatus(DataplaneMoves, ABC):
         """The node gauges from a full pass's `result` (None: as they are), and enrollment's."""
         if result is not None:
             metrics.NODES.clear()
-            counts: dict[tuple[str, str, str], int] = {}
-            for v in result.verdicts:
-                labels = (v.os or "unknown", v.build or "", "true" if v.supported else "false")
-                counts[labels] = counts.get(labels, 0) + 1
-            for (os_name, build, supported), n in counts.items():
-                metrics.NODES.labels(os=os_name, build=build, supported=supported).set(n)
+            gauges: Counter[tuple[str, str, str]] = Counter()
+            for (os_name, build, supported), n in result.tally.counts.items():
+                gauges[os_name or "unknown", build or "", "true" if supported else "false"] += n
+            for (os_label, build_label, ok), n in gauges.items():
+                metrics.NODES.labels(os=os_label, build=build_label, supported=ok).set(n)
         metrics.ENROLLED_NAMESPACES.set(enrollment.namespaces)
         for os_name, pods in (
             ("linux", enrollment.linux_pods),

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Literal
 
 from ambient_operator.api import constants as c
@@ -84,6 +86,36 @@ class OrderedRollout:
         return tuple(p for p in self.platforms if p.state == "waiting")
 
 
+_COUNTED = attrgetter("os", "build", "supported")
+
+
+@dataclass(frozen=True)
+class VerdictTally:
+    """What the status and the metrics read of a pass's verdicts, from one walk of them."""
+
+    # Nodes by (os, build, supported).
+    counts: Mapping[tuple[str | None, str | None, bool], int]
+    # The verdicts of the nodes that get no agent, in name order.
+    unsupported: tuple[NodeVerdict, ...]
+    # The Windows nodes that get agents, in name order.
+    windows_served: tuple[str, ...]
+
+    @classmethod
+    def of(cls, verdicts: Sequence[NodeVerdict]) -> VerdictTally:
+        """The tally of `verdicts` (in name order)."""
+        # Counted in C (Counter over attrgetter's tuples): a Python loop over
+        # 5,000 verdicts took twice as long.
+        return cls(
+            dict(Counter(map(_COUNTED, verdicts))),
+            tuple(v for v in verdicts if not v.supported),
+            tuple(v.node for v in verdicts if v.supported and v.os == "windows"),
+        )
+
+    def nodes(self, os_name: str | None = None) -> int:
+        """How many nodes (of one OS)."""
+        return sum(n for (os, _, _), n in self.counts.items() if os_name in (None, os))
+
+
 @dataclass(frozen=True)
 class RenderResult:
     """Desired objects in apply order, plus what the status needs to explain them."""
@@ -96,19 +128,28 @@ class RenderResult:
     # What the spec asks for and the cluster cannot have, each with its own reason.
     problems: tuple[Problem, ...] = ()
 
+    @functools.cached_property
+    def tally(self) -> VerdictTally:
+        """The verdicts' tally, walked once for every reader of this result (a status-only
+        pass reads the last full pass's)."""
+        return VerdictTally.of(self.verdicts)
+
     def unsupported(self) -> tuple[NodeVerdict, ...]:
         """Verdicts of the nodes that get no agent."""
-        return tuple(v for v in self.verdicts if not v.supported)
+        return self.tally.unsupported
 
     def inventory(self) -> NodeInventory:
         """Node counts by OS and build, and examples of unsupported nodes, for the status."""
-        windows = [v for v in self.verdicts if v.os == "windows"]
-        per_build = Counter(v.build or UNKNOWN_BUILD for v in windows)
-        unsupported = self.unsupported()
+        tally = self.tally
+        per_build: Counter[str] = Counter()
+        for (os_name, build, _), count in tally.counts.items():
+            if os_name == "windows":
+                per_build[build or UNKNOWN_BUILD] += count
+        unsupported = tally.unsupported
         return NodeInventory(
             total=len(self.verdicts),
-            linux=sum(1 for v in self.verdicts if v.os == "linux"),
-            windows=len(windows),
+            linux=tally.nodes("linux"),
+            windows=tally.nodes("windows"),
             supported=len(self.verdicts) - len(unsupported),
             unsupported=len(unsupported),
             windows_builds=[

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from ambient_operator.api import constants as c
@@ -28,6 +29,9 @@ from ambient_operator.render.placement import (
 
 _BUILD_NUMBER = re.compile(r"^10\.0\.([0-9]+)$")
 _OLDEST_SUPPORTED = min(int(b.rsplit(".", 1)[1]) for b in c.SUPPORTED_WINDOWS_BUILDS)
+
+# Sorting by it runs in C; a lambda costs a Python call per node (5,000 per node pass).
+_NAME = attrgetter("name")
 
 
 def _release(build: str) -> str:
@@ -151,7 +155,7 @@ class VerdictMemo:
             self._spec, self._held = spec, {}
         tolerations: dict[str, Sequence[Mapping[str, Any]]] | None = None
         kept: dict[str, tuple[NodeFacts, NodeVerdict]] = {}
-        for node in sorted(nodes, key=lambda n: n.name):
+        for node in sorted(nodes, key=_NAME):
             held = self._held.get(node.name)
             if held is None or (held[0] is not node and held[0] != node):
                 if tolerations is None:

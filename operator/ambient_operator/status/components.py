@@ -310,9 +310,7 @@ def mesh_problems(
     skew = version_skew(result.rollout, istiod)
     if skew is not None:
         problems.append(skew)
-    unsupported = [
-        v for v in result.verdicts if not v.supported and v.reason not in INTENDED_EXCLUSIONS
-    ]
+    unsupported = [v for v in result.unsupported() if v.reason not in INTENDED_EXCLUSIONS]
     if unsupported:
         listed = ", ".join(f"{v.node} ({v.reason}: {v.message})" for v in unsupported[:10])
         more = f" and {len(unsupported) - 10} more" if len(unsupported) > 10 else ""
