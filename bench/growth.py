@@ -1,7 +1,7 @@
 """How the operator's cost grows with the cluster, beside istiod and a floor, in one run.
 
     .venv/bin/python bench/growth.py [--sizes S,M,L] [--doc docs/performance.md] [--out DIR]
-                                     [--races] [--from-results FILE]
+                                     [--races] [--from-results FILE] [--raw DIR]
     make bench-growth
 
 For each size, a private local control plane (etcd, kube-apiserver and
@@ -723,9 +723,16 @@ def spy_summary(
 
 
 def measure_size(
-    size: Size, phases: Phases, workdir: Path, progress: Callable[[str], None]
+    size: Size,
+    phases: Phases,
+    workdir: Path,
+    progress: Callable[[str], None],
+    raw: Path | None = None,
 ) -> dict[str, Any]:
-    """Every figure of one size, on a cluster of its own."""
+    """Every figure of one size, on a cluster of its own; py-spy's collapsed stacks are
+    kept in `raw` (as <size>-<phase>.spy) when given, else only in `workdir`."""
+    stacks = raw or workdir
+    stacks.mkdir(parents=True, exist_ok=True)
     import render_scale
     from ambient_devcluster import (
         IstioControlPlane,
@@ -811,7 +818,7 @@ def measure_size(
             sides["operator"],
             "converge_profile",
             op.proc.pid,
-            workdir / "converge.spy",
+            stacks / f"{size.name}-converge.spy",
             phases.spy_rate,
             profiled,
             lambda: float(sides["operator"]["converge_s"]),
@@ -864,7 +871,7 @@ def measure_size(
                 sides["operator"],
                 "churn_profile",
                 pids["operator"],
-                workdir / "churn.spy",
+                stacks / f"{size.name}-churn.spy",
                 phases.spy_rate,
                 profiled,
                 lambda: float(done["seconds"]),
@@ -896,7 +903,7 @@ def measure_size(
                 sides["operator"],
                 "idle_profile",
                 pids["operator"],
-                workdir / "idle.spy",
+                stacks / f"{size.name}-idle.spy",
                 phases.spy_rate,
                 profiled,
                 lambda: idle,
@@ -937,7 +944,10 @@ def measure_size(
 
 
 def measure(
-    sizes: Iterable[Size], phases: Phases, progress: Callable[[str], None] = print
+    sizes: Iterable[Size],
+    phases: Phases,
+    progress: Callable[[str], None] = print,
+    raw: Path | None = None,
 ) -> dict[str, Any]:
     """Every size in turn, each on a cluster of its own; JSON-friendly."""
     from benchlib import machine
@@ -951,7 +961,7 @@ def measure(
     }
     for size in sizes:
         with tempfile.TemporaryDirectory(prefix=f"growth-{size.name}-") as tmp:
-            results["sizes"][size.name] = measure_size(size, phases, Path(tmp), progress)
+            results["sizes"][size.name] = measure_size(size, phases, Path(tmp), progress, raw)
     results["finished"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return results
 
@@ -1797,6 +1807,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doc", type=Path, default=DOC, help="'-' for none")
     parser.add_argument("--from-results", type=Path, help="rewrite from a results.json")
     parser.add_argument(
+        "--raw", type=Path, help="also keep py-spy's collapsed stacks in this directory"
+    )
+    parser.add_argument(
         "--races",
         action="store_true",
         help="also race istiod's waypoint controller, idle and busy (about 6 more minutes)",
@@ -1815,7 +1828,7 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"unknown sizes {unknown}; known: {', '.join(SIZES)}")
 
-        results = measure([SIZES[s] for s in wanted], Phases(), progress)
+        results = measure([SIZES[s] for s in wanted], Phases(), progress, args.raw)
     if args.races:
         results = {**results, "races": races(progress)}
     doc = None if str(args.doc) == "-" else args.doc
