@@ -222,8 +222,8 @@ def guess_platform(marks: Iterable[NodeMark]) -> PlatformGuess:
 class MarkTally:
     """What `guess_platform` reads of the marks, kept as each Node's mark changes.
 
-    The data plane's pass guesses on every node event; at 5,000 nodes a walk
-    of every mark was a quarter of a node pass's CPU (bench/pass_cost.py).
+    The data plane's pass guesses on every node event; a guess from every
+    mark walked all 5,000 of them (see cluster/node_table.py for the cost).
     Names are unique here, as a cluster's Nodes' are.
     """
 
