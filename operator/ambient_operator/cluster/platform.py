@@ -215,8 +215,8 @@ def guess_platform(marks: Iterable[NodeMark]) -> PlatformGuess:
             marked.setdefault(mark.clue.platform, []).append(mark)
         elif (scheme := _scheme(mark.provider)) is not None:
             schemes[scheme] = schemes.get(scheme, 0) + 1
-    unmarked = len(nodes) - sum(len(names) for names in marked.values())
-    return _guess(len(nodes), {p: (len(ms), ms[0]) for p, ms in marked.items()}, unmarked, schemes)
+    firsts = {p: (len(ms), ms[0].name, _what(ms[0])) for p, ms in marked.items()}
+    return _guess(len(nodes), firsts, schemes)
 
 
 class MarkTally:
@@ -260,25 +260,32 @@ class MarkTally:
     def guess(self) -> PlatformGuess:
         """`guess_platform` of the marks held."""
         if self._guess is None:
-            marked = {p: (len(names), self._marks[names[0]]) for p, names in self._marked.items()}
-            unmarked = len(self._marks) - sum(len(names) for names in self._marked.values())
-            self._guess = _guess(len(self._marks), marked, unmarked, self._schemes)
+            marked = {
+                p: (len(names), names[0], _what(self._marks[names[0]]))
+                for p, names in self._marked.items()
+            }
+            self._guess = _guess(len(self._marks), marked, self._schemes)
         return self._guess
+
+
+def _what(mark: NodeMark) -> str:
+    # Only marked nodes are counted per platform, so the clue is there.
+    return mark.clue.what if mark.clue is not None else ""
 
 
 def _guess(
     total: int,
-    marked: Mapping[str, tuple[int, NodeMark]],
-    unmarked: int,
+    marked: Mapping[str, tuple[int, str, str]],
     schemes: Mapping[str, int],
 ) -> PlatformGuess:
-    """The guess and its evidence from `total` nodes: per platform, how many point at it
-    and the first by name; how many point nowhere; of those, how many per cloud scheme."""
+    """The guess and its evidence from `total` nodes: per platform, how many point at it,
+    and the first by name with its clue; of the nodes pointing nowhere, how many per
+    cloud scheme."""
+    unmarked = total - sum(count for count, _, _ in marked.values())
 
     def line(platform: str) -> str:
-        count, first = marked[platform]
-        assert first.clue is not None
-        return f"{platform}: {count} of {total} node(s), e.g. {first.name}: {first.clue.what}"
+        count, first, what = marked[platform]
+        return f"{platform}: {count} of {total} node(s), e.g. {first}: {what}"
 
     order = sorted(marked, key=lambda p: (-marked[p][0], p))
     evidence = [line(p) for p in order]
