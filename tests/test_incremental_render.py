@@ -30,6 +30,7 @@ from ambient_operator.cluster.versions import RunningAgent
 from ambient_operator.controllers.dataplane import DataplaneController
 from ambient_operator.render import dataplane, render_dataplane
 from ambient_operator.render.dataplane import RenderMemo
+from ambient_operator.render.model import RenderResult
 from conftest import SAMPLE_NODES, examples
 from render_cases import SAMPLE_MESH
 from test_render_property import api_node
@@ -299,3 +300,73 @@ def test_the_memo_gives_what_a_full_render_gives(
             cni_rbac = args[0]
         incremental = render_dataplane(spec, facts, cni_rbac=cni_rbac, memo=memo)
         assert incremental == render_dataplane(spec, facts, cni_rbac=cni_rbac)
+
+
+def _ws2022_selection(result: RenderResult) -> tuple[dict[str, str], Any]:
+    pod = next(
+        o["spec"]["template"]["spec"]
+        for o in result.objects
+        if o["metadata"]["name"] == "ztunnel-windows-ltsc2022"
+    )
+    return pod["nodeSelector"], pod.get("affinity")
+
+
+def test_a_node_event_judges_that_node_alone_and_compares_none() -> None:
+    """Through the Node cache (a NodeTable) render learns which nodes changed: a
+    node's event costs that node, not a comparison of all 5,000 (issue 44)."""
+    ctl = DataplaneController(ClusterState(), None, None)  # type: ignore[arg-type]
+    for body in map(node, range(5000)):
+        ctl.state.nodes[body["metadata"]["name"]] = body
+    memo = ctl.renders.verdicts
+    ctl.render(SPEC, ctl.facts(SPEC))
+    assert (memo.judged, memo.compared) == (5000, 5000)
+
+    # A WS2022 node without the build label joins: judged alone, and named in
+    # its platform's affinity.
+    joined = node(5007, without_build_label=True)
+    name = joined["metadata"]["name"]
+    ctl.state.nodes[name] = joined
+    result = ctl.render(SPEC, ctl.facts(SPEC))
+    assert (memo.judged, memo.compared) == (5001, 5000)
+    assert [len(ds.nodes) for ds in result.daemonsets] == [2501, 2501, 834, 834, 833, 833]
+    selector, affinity = _ws2022_selection(result)
+    assert "node.kubernetes.io/windows-build" not in selector
+    terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert terms[1:] == [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}
+    ]
+
+    # A Linux node's labels change: that node is judged again, alone.
+    relabelled = copy.deepcopy(ctl.state.nodes["linux-amd64-1-0"])
+    relabelled["metadata"]["labels"]["team"] = "a"
+    ctl.state.nodes["linux-amd64-1-0"] = relabelled
+    ctl.render(SPEC, ctl.facts(SPEC))
+    assert (memo.judged, memo.compared) == (5002, 5000)
+
+    # A pass with no node event judges and compares nothing.
+    ctl.render(SPEC, ctl.facts(SPEC))
+    assert (memo.judged, memo.compared) == (5002, 5000)
+
+    # The unlabelled node leaves: nothing is judged, and WS2022 selects by
+    # its build label again, with no affinity.
+    del ctl.state.nodes[name]
+    result = ctl.render(SPEC, ctl.facts(SPEC))
+    assert (memo.judged, memo.compared) == (5002, 5000)
+    assert len(result.verdicts) == 5000
+    assert [len(ds.nodes) for ds in result.daemonsets] == [2501, 2501, 833, 833, 833, 833]
+    assert _ws2022_selection(result) == (
+        {
+            "kubernetes.io/os": "windows",
+            "kubernetes.io/arch": "amd64",
+            "node.kubernetes.io/windows-build": WS2022,
+        },
+        None,
+    )
+
+    # The spec changes: every verdict depends on it, so every node is judged again.
+    raw = yaml.safe_load(SAMPLE_MESH.read_text())["spec"]
+    changed = AmbientMeshSpec.model_validate({**raw, "logLevel": "debug"})
+    ctl.render(changed, ctl.facts(changed))
+    assert (memo.judged, memo.compared) == (10002, 10000)

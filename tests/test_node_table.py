@@ -80,17 +80,29 @@ def test_per_node_reads_only_what_changed_in_a_table() -> None:
     table = NodeTable({name: _node(name) for name in ("c", "a", "b")})
     seen: list[tuple[str, str | None]] = []
     reads = PerNode(_name, lambda name, value: seen.append((name, value)))
-    assert reads.update(table) == ["a", "b", "c"] and reads.reads == 3
+    first = reads.update(table)
+    assert first == ("a", "b", "c") and reads.reads == 3
+    # The first readings follow none: a reader must look at every name.
+    assert first.changed_since(0) is None
     seen.clear()
     table["b"] = _node("b", 2)
     table["d"] = _node("d")
     del table["a"]
-    assert reads.update(table) == ["b", "c", "d"]
+    second = reads.update(table)
+    assert second == ("b", "c", "d")
     assert reads.reads == 5
     assert sorted(seen, key=str) == [("a", None), ("b", "b"), ("d", "d")]
+    assert second.changed_since(first.serial) == {"a", "b", "d"}
+    assert second.changed_since(second.serial) == frozenset()
     # Set again with the very same object: nothing to read.
     table["c"] = table["c"]
-    assert reads.update(table) == ["b", "c", "d"] and reads.reads == 5
+    third = reads.update(table)
+    assert third == ("b", "c", "d") and reads.reads == 5
+    assert third.changed_since(second.serial) == {"c"}
+    # Readings further back than the last ones: not known.
+    assert third.changed_since(first.serial) is None
+    # From a plain mapping, every name is looked at: not known either.
+    assert reads.update(dict(table)).changed_since(third.serial) is None
 
 
 _OPS = st.lists(
@@ -136,7 +148,7 @@ def test_per_node_and_the_tally_agree_with_a_walk_of_every_node(
         else:
             table[name] = plain[name] = _marked(name, kind, step)
         if read_every == 0 or step % read_every == 0:
-            expected = [node_mark(plain[n]) for n in sorted(plain)]
+            expected = tuple(node_mark(plain[n]) for n in sorted(plain))
             assert marks.update(table) == expected
             assert from_plain.update(plain) == expected
             assert tally.guess() == detect_platform(plain.values())

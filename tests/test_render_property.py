@@ -9,7 +9,9 @@ DaemonSet controller's own tolerations). Render's answer must match it.
 
 from __future__ import annotations
 
+import dataclasses
 import random
+from collections import Counter
 from typing import Any
 
 import yaml
@@ -19,7 +21,10 @@ from hypothesis import strategies as st
 import oracle
 from ambient_operator.api.v1alpha1 import AmbientMeshSpec
 from ambient_operator.cluster.facts import ClusterFacts, NodeFacts
+from ambient_operator.cluster.node_table import NodeTable, PerNode
 from ambient_operator.render import output, render_dataplane
+from ambient_operator.render.dataplane import RenderMemo
+from ambient_operator.render.model import RenderResult
 from conftest import examples
 from render_cases import SAMPLE_MESH, SAMPLE_NODES
 
@@ -168,6 +173,12 @@ def test_placement_matches_the_oracle(
         AmbientMeshSpec.model_validate(spec),
         ClusterFacts.from_nodes(nodes, istiod_ip=istiod, dns_ip="10.0.0.10"),
     )
+    _assert_matches_the_oracle(result, spec, nodes)
+
+
+def _assert_matches_the_oracle(
+    result: RenderResult, spec: dict[str, Any], nodes: list[dict[str, Any]]
+) -> None:
     judged = [oracle.Node.of(n) for n in nodes]
     expected = oracle.placement(spec, judged)
 
@@ -184,17 +195,79 @@ def test_placement_matches_the_oracle(
     assert {p.name: frozenset(p.nodes) for p in result.daemonsets} == expected
 
     verdicts = {v.node: v for v in result.verdicts}
-    assert set(verdicts) == {n.name for n in judged}
+    assert [v.node for v in result.verdicts] == sorted(n.name for n in judged)
     for node in judged:
         platform, reason = oracle.verdict(node, spec)
         got = verdicts[node.name]
         assert (got.platform if got.supported else None, got.reason) == (platform, reason), node
+
+    # The status's counts, from the oracle's verdicts.
+    counted = Counter((n.os, n.build, oracle.verdict(n, spec)[0] is not None) for n in judged)
+    tally = result.tally
+    assert {k: v for k, v in tally.counts.items()} == dict(counted)
+    assert [v.node for v in tally.unsupported] == sorted(
+        n.name for n in judged if oracle.verdict(n, spec)[0] is None
+    )
+    assert list(tally.windows_served) == sorted(
+        n.name for n in judged if n.os == "windows" and oracle.verdict(n, spec)[0] is not None
+    )
 
     keys = {
         (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
         for o in result.objects
     }
     assert keys == oracle.objects(spec, judged)
+
+
+# A pool of names, so that steps replace and remove nodes as well as add them.
+NODE_NAMES = [f"node-{i}" for i in range(3)]
+
+
+@st.composite
+def node_steps(draw: st.DrawFn) -> list[list[tuple[str, dict[str, Any] | None]]]:
+    """Steps of node changes: each a few (name, its new Node, or None: it went)."""
+    steps = []
+    for _ in range(draw(st.integers(min_value=1, max_value=8))):
+        step = []
+        for name in draw(st.lists(st.sampled_from(NODE_NAMES), min_size=1, max_size=3)):
+            step.append((name, draw(st.one_of(st.none(), api_node(name)))))
+        steps.append(step)
+    return steps
+
+
+@settings(max_examples=examples(1500))
+@given(
+    steps=node_steps(),
+    specs=st.lists(mesh_spec(), min_size=1, max_size=2),
+    spec_at=st.integers(min_value=0, max_value=8),
+)
+def test_a_render_kept_across_node_changes_matches_the_oracle(
+    steps: list[list[tuple[str, dict[str, Any] | None]]],
+    specs: list[dict[str, Any]],
+    spec_at: int,
+) -> None:
+    """The operator's path: the Node cache, its per-node readings and one RenderMemo,
+    which judges only the nodes the readings say changed (and all, after the spec's)."""
+    table = NodeTable()
+    readings = PerNode(NodeFacts.from_node)
+    memo = RenderMemo()
+    bare = ClusterFacts.from_nodes([], istiod_ip="10.0.0.9", dns_ip="10.0.0.10")
+    for at, step in enumerate(steps):
+        for name, body in step:
+            if body is None:
+                table.pop(name, None)
+            else:
+                table[name] = body
+        # The second spec, if any, from step `spec_at` on.
+        spec = specs[-1] if at >= spec_at else specs[0]
+        facts = dataclasses.replace(bare, nodes=readings.update(table))
+        model = AmbientMeshSpec.model_validate(spec)
+        result = render_dataplane(model, facts, memo=memo)
+        _assert_matches_the_oracle(result, spec, list(table.values()))
+        # And the objects are the ones a render from nothing kept makes (the
+        # oracle judges where pods land, not how the selection is spelt).
+        fresh = render_dataplane(model, dataclasses.replace(facts, nodes=tuple(facts.nodes)))
+        assert result.objects == fresh.objects
 
 
 def test_the_oracle_places_the_sample_inventory() -> None:

@@ -12,6 +12,7 @@ is a dict that also keeps the order in which its names last changed, so
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
@@ -84,6 +85,42 @@ class NodeTable(dict[str, dict[str, Any]]):
         return out
 
 
+# Serials of `Readings`, unique among every PerNode's.
+_SERIALS = itertools.count(1)
+
+
+class Readings(tuple[T, ...]):
+    """One `PerNode.update`'s readings in name order: a tuple that also knows which
+    names may have changed since the readings made before it.
+
+    A consumer that kept what it made of those earlier readings (render's
+    VerdictMemo) catches up from `changed_since` instead of comparing every
+    node; any other consumer sees a tuple.
+    """
+
+    serial: int
+    _base: int
+    _changed: frozenset[str] | None
+
+    def __new__(
+        cls, items: Iterable[T], serial: int, base: int, changed: frozenset[str] | None
+    ) -> Readings[T]:
+        """Readings `serial`, of `items`; `changed`: the names that may differ from
+        readings `base` (None: any may)."""
+        out = super().__new__(cls, items)
+        out.serial, out._base, out._changed = serial, base, changed
+        return out
+
+    def changed_since(self, serial: int) -> frozenset[str] | None:
+        """Names whose reading may differ from those of readings `serial` (a name
+        in neither is not among them); None when that is not known."""
+        if serial == self.serial:
+            return frozenset()
+        if serial != self._base or not serial:
+            return None
+        return self._changed
+
+
 class PerNode(Generic[T]):
     """What `read` makes of each Node, in name order, read again only for a changed Node.
 
@@ -109,11 +146,22 @@ class PerNode(Generic[T]):
         # The table caught up with, and its version then.
         self._table: NodeTable | None = None
         self._version = 0
+        # The serial of the last `Readings` made (0: none yet).
+        self._serial = 0
         # Nodes read, for tests that count the work.
         self.reads = 0
 
-    def update(self, nodes: Mapping[str, Mapping[str, Any]]) -> list[T]:
-        """What `read` makes of each of `nodes` (by name), in name order."""
+    def update(self, nodes: Mapping[str, Mapping[str, Any]]) -> Readings[T]:
+        """What `read` makes of each of `nodes` (by name), in name order, as `Readings`
+        that tell the next caller which names changed since these."""
+        changed = self.catch_up(nodes)
+        readings = Readings(self._out, next(_SERIALS), self._serial, changed)
+        self._serial = readings.serial
+        return readings
+
+    def catch_up(self, nodes: Mapping[str, Mapping[str, Any]]) -> frozenset[str] | None:
+        """Read the nodes of `nodes` that changed since the last call; the names looked
+        at, or None when every name was (`nodes` is not the table caught up with)."""
         changed = (
             nodes.changed_since(self._version)
             if isinstance(nodes, NodeTable) and nodes is self._table
@@ -127,7 +175,7 @@ class PerNode(Generic[T]):
             self._table, self._version = nodes, nodes.version
         else:
             self._table = None
-        return list(self._out)
+        return None if changed is None else frozenset(changed)
 
     def _catch_up(self, nodes: Mapping[str, Mapping[str, Any]], names: Iterable[str]) -> None:
         for name in names:

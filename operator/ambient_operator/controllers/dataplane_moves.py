@@ -29,7 +29,7 @@ from ambient_operator.cluster.facts import (
     ClusterFacts,
     NodeFacts,
 )
-from ambient_operator.cluster.node_table import PerNode
+from ambient_operator.cluster.node_table import PerNode, Readings
 from ambient_operator.cluster.platform import (
     MarkTally,
     NodeMark,
@@ -183,14 +183,15 @@ class DataplaneMoves:
             return NETWORK_ATTACHMENTS_SERVED
         return NETWORK_ATTACHMENTS_NOT_SERVED
 
-    def node_facts(self) -> tuple[NodeFacts, ...]:
+    def node_facts(self) -> Readings[NodeFacts]:
         """Every node's facts, in name order; only a node whose object changed is read again.
 
+        The readings tell render which nodes changed since the last pass's.
         Raises ValueError naming the field when a Node is malformed (NodeFacts.from_node).
         """
         facts = self._node_facts.update(self.state.nodes)
         self.node_facts_read = self._node_facts.reads
-        return tuple(facts)
+        return facts
 
     def facts(
         self,
@@ -229,7 +230,7 @@ class DataplaneMoves:
         """The platform the agents are rendered for: spec.platform, or what the Nodes say."""
         # The marks' tally catches up with the nodes that changed: a guess costs
         # the platforms, not a walk of every node.
-        self._node_marks.update(self.state.nodes)
+        self._node_marks.catch_up(self.state.nodes)
         return effective_platform(spec.platform, self._marks.guess())
 
     @staticmethod

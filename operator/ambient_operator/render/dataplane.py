@@ -18,7 +18,6 @@ from ambient_operator.cluster.facts import (
     NETWORK_ATTACHMENTS_NOT_GRANTED,
     NETWORK_ATTACHMENTS_SERVED,
     ClusterFacts,
-    NodeFacts,
 )
 from ambient_operator.cluster.revisions import at_revision
 from ambient_operator.render import placement as pl
@@ -34,7 +33,7 @@ from ambient_operator.render.model import (
 from ambient_operator.render.platforms import RESOURCE_QUOTA_PODS, PlatformProfile, profile
 from ambient_operator.render.rollout import decide
 from ambient_operator.render.templating import render_object
-from ambient_operator.render.verdicts import VerdictMemo, assign
+from ambient_operator.render.verdicts import Assignment, Placed, VerdictMemo, assign
 
 # (default maxUnavailable, default maxSurge) per component, as upstream ships them.
 ROLLOUT_DEFAULTS: dict[Component, tuple[int, int]] = {v.ZTUNNEL: (0, 1), v.ISTIO_CNI: (1, 0)}
@@ -682,13 +681,10 @@ def _rbac(
 
 
 def _platforms(
-    spec: AmbientMeshSpec,
-    linux: tuple[NodeFacts, ...],
-    windows: dict[str, tuple[NodeFacts, ...]],
-    prof: PlatformProfile,
-) -> list[tuple[_Platform, tuple[NodeFacts, ...]]]:
+    spec: AmbientMeshSpec, assignment: Assignment, prof: PlatformProfile
+) -> list[tuple[_Platform, Placed]]:
     """Each platform the spec enables, with the nodes its DaemonSets are for."""
-    out: list[tuple[_Platform, tuple[NodeFacts, ...]]] = []
+    out: list[tuple[_Platform, Placed]] = []
     linux_spec = spec.platforms.linux
     if linux_spec.enabled:
         # The spec's directories win over the platform's.
@@ -700,16 +696,21 @@ def _platforms(
         )
         # Linux agents are rendered even with no Linux node yet: control
         # planes are Linux, and the DaemonSet costs nothing until one joins.
+        linux = assignment.nodes_of(PLATFORM_LINUX)
         where = pl.with_node_affinity(
-            pl.placement(pl.linux_requirements(spec), linux), linux_spec.node_affinity
+            pl.placement(pl.linux_requirements(spec), linux.missing, linux.unlabeled),
+            linux_spec.node_affinity,
         )
         out.append((_Platform(PLATFORM_LINUX, where, prof), linux))
     win = spec.platforms.windows
     if win.enabled:
+        windows = assignment.windows
         builds = sorted(set(win.builds)) if win.builds is not None else sorted(windows)
         for build in builds:
-            nodes = windows.get(build, ())
-            where = pl.placement(pl.windows_requirements(spec, build), nodes)
+            nodes = assignment.nodes_of(build)
+            where = pl.placement(
+                pl.windows_requirements(spec, build), nodes.missing, nodes.unlabeled
+            )
             out.append((_Platform(build, where, prof), nodes))
     return out
 
@@ -883,7 +884,7 @@ def render_dataplane(
     memo = memo if memo is not None else RenderMemo()
     assignment = assign(spec, facts.nodes, memo.verdicts)
     prof = profile(facts.platform)
-    platforms = _platforms(spec, assignment.linux, dict(assignment.windows), prof)
+    platforms = _platforms(spec, assignment, prof)
 
     warnings: list[str] = [facts.platform_warning] if facts.platform_warning else []
     if any(p.windows for p, _ in platforms):
@@ -925,10 +926,9 @@ def render_dataplane(
     plans: list[DaemonSetPlan] = []
     daemonsets: list[dict[str, Any]] = []
     for (plat, nodes), done in zip(platforms, rendered, strict=True):
-        names = tuple(n.name for n in nodes)
         for component, obj in done.daemonsets:
             daemonsets.append(obj)
-            plans.append(DaemonSetPlan(obj["metadata"]["name"], component, plat.name, names))
+            plans.append(DaemonSetPlan(obj["metadata"]["name"], component, plat.name, nodes.names))
         warnings.extend(done.warnings)
     # Only the Linux agent looks its DaemonSet up, by the one name the agent
     # knows (istio-cni-node); the Windows agents skip the lookup.
@@ -956,6 +956,7 @@ def render_dataplane(
     return RenderResult(
         objects=tuple(objects),
         verdicts=assignment.verdicts,
+        counted=assignment.tally,
         daemonsets=tuple(plans),
         warnings=tuple(warnings),
         rollout=rollout,

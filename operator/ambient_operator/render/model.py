@@ -86,7 +86,8 @@ class OrderedRollout:
         return tuple(p for p in self.platforms if p.state == "waiting")
 
 
-_COUNTED = attrgetter("os", "build", "supported")
+# A verdict's key in the tally's counts.
+TALLIED = attrgetter("os", "build", "supported")
 
 
 @dataclass(frozen=True)
@@ -106,14 +107,14 @@ class VerdictTally:
         # Counted in C (Counter over attrgetter's tuples): a Python loop over
         # 5,000 verdicts took twice as long.
         return cls(
-            dict(Counter(map(_COUNTED, verdicts))),
+            dict(Counter(map(TALLIED, verdicts))),
             tuple(v for v in verdicts if not v.supported),
             tuple(v.node for v in verdicts if v.supported and v.os == "windows"),
         )
 
     def nodes(self, os_name: str | None = None) -> int:
         """How many nodes (of one OS)."""
-        return sum(n for (os, _, _), n in self.counts.items() if os_name in (None, os))
+        return sum(n for (node_os, _, _), n in self.counts.items() if os_name in (None, node_os))
 
 
 @dataclass(frozen=True)
@@ -127,12 +128,14 @@ class RenderResult:
     rollout: OrderedRollout = OrderedRollout()
     # What the spec asks for and the cluster cannot have, each with its own reason.
     problems: tuple[Problem, ...] = ()
+    # The verdicts' tally, when the render kept it as nodes changed (render/verdicts.py).
+    counted: VerdictTally | None = field(default=None, compare=False, repr=False)
 
     @functools.cached_property
     def tally(self) -> VerdictTally:
-        """The verdicts' tally, walked once for every reader of this result (a status-only
-        pass reads the last full pass's)."""
-        return VerdictTally.of(self.verdicts)
+        """The verdicts' tally, walked at most once for every reader of this result (a
+        status-only pass reads the last full pass's)."""
+        return self.counted if self.counted is not None else VerdictTally.of(self.verdicts)
 
     def unsupported(self) -> tuple[NodeVerdict, ...]:
         """Verdicts of the nodes that get no agent."""

@@ -13,7 +13,7 @@ facts came from nodeInfo).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,12 +53,9 @@ class Requirement:
     key: str
     values: tuple[str, ...]
 
-    def missed_by(self, nodes: Sequence[NodeFacts]) -> list[str]:
-        """Names of the nodes whose labels do not meet it (in their order)."""
-        # One comprehension per requirement, not a call per node and requirement:
-        # a node pass at 5,000 nodes places every platform again.
-        key, values = self.key, self.values
-        return [node.name for node in nodes if node.labels.get(key) not in values]
+    def missed_by(self, node: NodeFacts) -> bool:
+        """Whether the node's labels do not meet it."""
+        return node.labels.get(self.key) not in self.values
 
     def expression(self) -> dict[str, Any]:
         """The requirement as a node-selector expression."""
@@ -139,22 +136,20 @@ class Placement:
         return pod_os(self.node_selector, self.affinity)
 
 
-def placement(requirements: Sequence[Requirement], nodes: Sequence[NodeFacts]) -> Placement:
-    """Selection that admits every given node and nothing else that lacks the requirements.
+def placement(
+    requirements: Sequence[Requirement],
+    missing: Collection[Requirement],
+    unlabeled: Sequence[str],
+) -> Placement:
+    """Selection that admits every intended node and nothing else that lacks the requirements.
 
+    `missing`: the requirements some intended node misses by label
+    (`Requirement.missed_by`); `unlabeled`: those nodes' names, in order.
     Single-valued requirements every intended node meets by label go into
     nodeSelector; the rest become the first affinity term. Intended nodes
     that miss a label get a term of their own by name, ORed with the first
     (the API server takes one name per field requirement, hence a term each).
     """
-    missed: set[str] = set()
-    missing: set[Requirement] = set()
-    for req in requirements:
-        names = req.missed_by(nodes)
-        if names:
-            missed.update(names)
-            missing.add(req)
-    unlabeled = sorted(missed)
     selector: dict[str, str] = {}
     expressions: list[dict[str, Any]] = []
     for req in requirements:
