@@ -11,8 +11,9 @@ import copy
 from typing import Any
 
 from ambient_operator.api import constants as c
+from ambient_operator.app.watches import KindFeed
 from ambient_operator.cluster.state import ClusterState
-from ambient_operator.cluster.watches import heartbeat_only, state_watches
+from ambient_operator.cluster.watches import Watched, heartbeat_only, state_watches
 
 NODE: dict[str, Any] = {
     "apiVersion": "v1",
@@ -88,6 +89,27 @@ def test_a_heartbeat_keeps_the_cached_node_and_wakes_nothing() -> None:
     assert state.nodes["linux-1"] is not first
     assert state.nodes["linux-1"]["metadata"]["labels"]["team"] == "a"
     assert state.trigger.is_set()
+
+
+def test_the_node_watch_drops_a_heartbeat_before_it_reaches_the_loop() -> None:
+    """What the nodes' informer asks on its own thread (app/watches.KindFeed.unchanged)."""
+    state = ClusterState()
+    rows = [row for row in state_watches(state, []) if row.kind.kind == "Node"]
+    feed = KindFeed(rows[0].kind, rows)
+    beat = _beat(NODE, "101", "2026-12-07T07:05:00Z")
+    # A node the cache does not hold yet is news.
+    assert not feed.unchanged(beat)
+    rows[0].record("ADDED", NODE)
+    assert feed.unchanged(beat)
+    relabelled = copy.deepcopy(beat)
+    relabelled["metadata"]["labels"]["team"] = "a"
+    assert not feed.unchanged(relabelled)
+    # A row of the kind that cannot answer, and selects the node, gets every event.
+    deaf = Watched("deaf", rows[0].kind, lambda _e, _b: None)
+    assert not KindFeed(rows[0].kind, [*rows, deaf]).unchanged(beat)
+    # One that does not select it has no say.
+    elsewhere = Watched("elsewhere", rows[0].kind, lambda _e, _b: None, labels={"team": "b"})
+    assert KindFeed(rows[0].kind, [*rows, elsewhere]).unchanged(beat)
 
 
 def test_the_data_planes_rows_keep_only_its_own_objects() -> None:

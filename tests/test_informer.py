@@ -17,7 +17,7 @@ from kubernetes import client
 from ambient_devcluster import LocalCluster, api_client_for
 from ambient_operator.kube.client import Kube
 from ambient_operator.kube.credentials import load_credentials
-from ambient_operator.kube.informer import Change, Informer, Listed, ghosts, not_listed
+from ambient_operator.kube.informer import Change, Informer, Listed, ghosts, key_of, not_listed
 from ambient_operator.kube.resources import KINDS, Kind
 from conftest import unique_name, wait_for
 
@@ -419,4 +419,68 @@ def test_holds_knows_what_was_delivered_and_deletions_can_come_bare(
         assert made.count("cm-0") == 1  # only when it was listed
         assert not informer.holds((namespace, "cm-0"))
     finally:
+        informer.stop()
+
+
+def test_an_unchanged_modification_is_dropped_on_the_informers_thread(
+    cluster: LocalCluster, k8s: client.ApiClient, namespace: str, loop: asyncio.AbstractEventLoop
+) -> None:
+    """`unchanged` is asked about a modified object only while the consumer holds
+    every change before it; a change still on its way sends the next one to the loop."""
+    core = client.CoreV1Api(k8s)
+    label = _five_config_maps(core, namespace)
+    store = Store()
+    delivered: list[tuple[str, str]] = []
+
+    def deliver(changes: list[Change[str]]) -> None:
+        delivered.extend(change.key for change in changes)
+        store.deliver(changes)
+
+    def unchanged(obj: Mapping[str, Any]) -> bool:
+        # The store keeps the data alone: an annotation changes nothing it keeps.
+        return store.snapshot().get(key_of(obj)) == _record(obj)
+
+    informer = Informer(
+        Kube(load_credentials(str(cluster.kubeconfig))),
+        CONFIG_MAP,
+        _record,
+        deliver,
+        loop,
+        label_selector=f"informer-test={label}",
+        unchanged=unchanged,
+    )
+    cm0, cm2 = (namespace, "cm-0"), (namespace, "cm-2")
+    holding, release = threading.Event(), threading.Event()
+    informer.start()
+    try:
+        assert informer.wait_synced(30), "the first list never reached the consumer"
+        delivered.clear()
+        core.patch_namespaced_config_map(
+            "cm-0", namespace, {"metadata": {"annotations": {"a": "1"}}}
+        )
+        # A barrier: cm-2's change comes after it on the same watch.
+        core.patch_namespaced_config_map("cm-2", namespace, {"data": {"v": "two"}})
+        wait_for(lambda: store.snapshot()[cm2] == "two", 30, "cm-2's change")
+        assert delivered == [cm2]
+        assert informer.dropped == 1
+
+        # The loop held: a change of cm-0 and its undoing wait in turn. The
+        # undoing looks unchanged to a store that has not had the change yet.
+        def hold() -> None:
+            holding.set()
+            release.wait(30)
+
+        loop.call_soon_threadsafe(hold)
+        assert holding.wait(10)
+        core.patch_namespaced_config_map("cm-0", namespace, {"data": {"v": "x"}})
+        core.patch_namespaced_config_map("cm-0", namespace, {"data": {"v": "0"}})
+        wait_for(lambda: len(informer._pending) == 2, 30, "both of cm-0's changes to wait")
+        release.set()
+        core.patch_namespaced_config_map("cm-2", namespace, {"data": {"v": "2 again"}})
+        wait_for(lambda: store.snapshot()[cm2] == "2 again", 30, "cm-2's second change")
+        assert store.snapshot()[cm0] == "0"
+        assert delivered == [cm2, cm0, cm0, cm2]
+        assert informer.dropped == 1
+    finally:
+        release.set()
         informer.stop()

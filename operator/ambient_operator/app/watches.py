@@ -87,6 +87,15 @@ class KindFeed:
                 if _selects(row, body):
                     row.record(change.type, body)
 
+    def unchanged(self, body: Body) -> bool:
+        """Whether a modified body changes nothing any row keeps (`Watched.unchanged`):
+        each row that selects it says so. Asked on the informer's thread."""
+        return all(
+            row.unchanged is not None and row.unchanged(body)
+            for row in self.rows
+            if _selects(row, body)
+        )
+
     def listed(self, listed: Listed) -> None:
         """After a complete list: forget what a cache holds that the list did not."""
         metrics.WATCH_LISTS.labels(kind=self.kind.kind).inc()
@@ -130,6 +139,8 @@ class Watches:
                 loop,
                 label_selector=server_selector(feed.rows),
                 listed=feed.listed,
+                # Only where a row can answer: else every event would be asked about.
+                unchanged=(feed.unchanged if any(row.unchanged for row in feed.rows) else None),
             )
             informer.start()
             self.informers.append(informer)

@@ -137,7 +137,9 @@ class Informer(Generic[T]):
     when given, runs there after the changes of each complete list. With
     `last_states` False a deletion brings no record (none is made). A kind
     that is not served counts as listed and empty, and is asked for again
-    every `not_served_seconds`.
+    every `not_served_seconds`. `unchanged`, when given, is asked on the
+    informer's thread about a modified object while the consumer holds every
+    change before it: True drops the event there, without waking the loop.
     """
 
     def __init__(
@@ -153,6 +155,7 @@ class Informer(Generic[T]):
         listed: Callable[[Listed], None] | None = None,
         not_served_seconds: float = NOT_SERVED_SECONDS,
         last_states: bool = True,
+        unchanged: Callable[[Mapping[str, Any]], bool] | None = None,
     ) -> None:
         self.kube = kube
         self.kind = kind
@@ -161,6 +164,9 @@ class Informer(Generic[T]):
         self.listed = listed
         self.not_served_seconds = not_served_seconds
         self.last_states = last_states
+        self.unchanged = unchanged
+        # Modified objects dropped on this thread (`unchanged`), for tests that count them.
+        self.dropped = 0
         self.loop = loop
         self.label_selector = label_selector
         self.page_size = page_size
@@ -173,6 +179,8 @@ class Informer(Generic[T]):
         self._known: set[Key] = set()  # what the consumer was told exists
         self._pending: list[Change[T] | Listed] = []
         self._scheduled = False
+        # The loop is delivering a batch it took from _pending.
+        self._delivering = False
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._delivered = threading.Event()  # the loop took what was pending
@@ -335,6 +343,9 @@ class Informer(Generic[T]):
                     self._emit([Change("DELETED", key, last)])
                 else:
                     self._known.add(key)
+                    if kind == "MODIFIED" and self._unchanged(obj):
+                        self.dropped += 1
+                        continue
                     self._emit([Change(str(kind), key, self.record(obj))])
         finally:
             self._response = None
@@ -342,6 +353,21 @@ class Informer(Generic[T]):
         return version
 
     # -- handing over to the event loop ------------------------------------------------
+    def _unchanged(self, obj: Mapping[str, Any]) -> bool:
+        # Only a consumer that holds every change before this one can answer:
+        # else an earlier change, still on its way, would be judged by a state
+        # it replaces (a label set and set back would end set).
+        if self.unchanged is None:
+            return False
+        with self._lock:
+            if self._pending or self._delivering:
+                return False
+        try:
+            return self.unchanged(obj)
+        except Exception:  # a malformed object is the consumer's to judge, on the loop
+            log.debug("%s: unchanged() failed; delivering", self.kind.plural, exc_info=True)
+            return False
+
     def _emit(self, changes: list[Change[T] | Listed]) -> None:
         if not changes:
             return
@@ -358,6 +384,7 @@ class Informer(Generic[T]):
         with self._lock:
             batch, self._pending = self._pending, []
             self._scheduled = False
+            self._delivering = True
         changes: list[Change[T]] = []
         try:
             for item in batch:
@@ -374,6 +401,8 @@ class Informer(Generic[T]):
             if changes:
                 self.deliver(changes)
         finally:
+            with self._lock:
+                self._delivering = False
             # What was delivered is freed before a list fetches its next page.
             batch.clear()
             changes = []  # the consumer's list now: rebound, not cleared
