@@ -213,7 +213,8 @@ class VerdictMemo:
     any other sequence, it compares every node with the one it holds.
     Before, a node pass at 5,000 nodes sorted, compared and grouped every
     node, placed every platform by walking its nodes and tallied every
-    verdict: 62 % of its render CPU in the growth bench's churn at L.
+    verdict: 57 of render's 61 samples per 24 node changes in the growth
+    bench's churn profile at L.
     """
 
     def __init__(self) -> None:

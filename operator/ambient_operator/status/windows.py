@@ -44,11 +44,15 @@ def windows_status(
     `windows_nodes` are the nodes the render gives Windows agents;
     `pods_by_node` the enrolled Windows pods on each node (cluster/enrollment.py).
     """
-    nodes = sorted(set(windows_nodes))
-    if not nodes:
+    served = set(windows_nodes)
+    if not served:
         return None
     limit = spec.platforms.windows.enrolled_pods_per_node_limit
-    over = [(node, pods_by_node[node]) for node in nodes if pods_by_node.get(node, 0) > limit]
+    # Every status pass asks: only the nodes with pods are walked, not every
+    # Windows node, and only those over the limit are sorted.
+    over = sorted(
+        (node, count) for node, count in pods_by_node.items() if count > limit and node in served
+    )
     return WindowsStatus(
         limits=list(LIMITS),
         pod_limit=limit,
