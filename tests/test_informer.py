@@ -7,7 +7,7 @@ import contextlib
 import json
 import threading
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,27 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
     running.call_soon_threadsafe(running.stop)
     thread.join(5)
     running.close()
+
+
+def _informer(
+    cluster: LocalCluster,
+    label: str,
+    deliver: Callable[[list[Change[str]]], None],
+    loop: asyncio.AbstractEventLoop,
+    *,
+    record: Callable[[Mapping[str, Any]], str] = _record,
+    **options: Any,
+) -> Informer[str]:
+    """An informer of the ConfigMaps under `label`, to the test's consumer."""
+    return Informer(
+        Kube(load_credentials(str(cluster.kubeconfig))),
+        CONFIG_MAP,
+        record,
+        deliver,
+        loop,
+        label_selector=f"informer-test={label}",
+        **options,
+    )
 
 
 def _config_map(name: str, label: str, value: str) -> dict[str, Any]:
@@ -397,13 +418,12 @@ def test_holds_knows_what_was_delivered_and_deletions_can_come_bare(
         behind.extend(c.key for c in changes if c.type != "DELETED" and not informer.holds(c.key))
         store.deliver(changes)
 
-    informer: Informer[str] = Informer(
-        Kube(load_credentials(str(cluster.kubeconfig))),
-        CONFIG_MAP,
-        record,
+    informer = _informer(
+        cluster,
+        label,
         deliver,
         loop,
-        label_selector=f"informer-test={label}",
+        record=record,
         page_size=2,  # three pages, delivered one by one
         last_states=False,
     )
@@ -440,15 +460,7 @@ def test_an_unchanged_modification_is_dropped_on_the_informers_thread(
         # The store keeps the data alone: an annotation changes nothing it keeps.
         return store.snapshot().get(key_of(obj)) == _record(obj)
 
-    informer = Informer(
-        Kube(load_credentials(str(cluster.kubeconfig))),
-        CONFIG_MAP,
-        _record,
-        deliver,
-        loop,
-        label_selector=f"informer-test={label}",
-        unchanged=unchanged,
-    )
+    informer = _informer(cluster, label, deliver, loop, unchanged=unchanged)
     cm0, cm2 = (namespace, "cm-0"), (namespace, "cm-2")
     holding, release = threading.Event(), threading.Event()
     informer.start()
