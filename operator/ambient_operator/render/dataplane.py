@@ -704,8 +704,11 @@ def _platforms(
         out.append((_Platform(PLATFORM_LINUX, where, prof), linux))
     win = spec.platforms.windows
     if win.enabled:
-        windows = assignment.windows
-        builds = sorted(set(win.builds)) if win.builds is not None else sorted(windows)
+        builds = sorted(
+            set(win.builds)
+            if win.builds is not None
+            else {p for p in assignment.placed if p != PLATFORM_LINUX}
+        )
         for build in builds:
             nodes = assignment.nodes_of(build)
             where = pl.placement(

@@ -36,6 +36,7 @@ _OLDEST_SUPPORTED = min(int(b.rsplit(".", 1)[1]) for b in c.SUPPORTED_WINDOWS_BU
 
 # Sorting by it runs in C; a lambda costs a Python call per node (5,000 per node pass).
 _NAME = attrgetter("name")
+_NODE = attrgetter("node")
 
 
 def _release(build: str) -> str:
@@ -229,14 +230,12 @@ class VerdictMemo:
         self._tolerations: dict[str, Sequence[Mapping[str, Any]]] | None = None
         self._requirements: dict[str, list[pl.Requirement]] = {}
         self._held: dict[str, tuple[NodeFacts, NodeVerdict]] = {}
-        # Every node's name and verdict, in name order.
-        self._names: list[str] = []
+        # Every node's verdict, in name order.
         self._verdicts: list[NodeVerdict] = []
         self._groups: dict[str, _Group] = {}
         # The tally's parts (render/model.py's VerdictTally).
         self._counts: Counter[tuple[str | None, str | None, bool]] = Counter()
-        self._unsupported: list[str] = []
-        self._unsupported_verdicts: list[NodeVerdict] = []
+        self._unsupported: list[NodeVerdict] = []
         self._served: list[str] = []
         # The last assignment, and the serial of the readings it came from.
         self._last: Assignment | None = None
@@ -266,7 +265,7 @@ class VerdictMemo:
             dict(self._placed),
             VerdictTally(
                 {k: n for k, n in self._counts.items() if n},
-                tuple(self._unsupported_verdicts),
+                tuple(self._unsupported),
                 tuple(self._served),
             ),
         )
@@ -305,8 +304,7 @@ class VerdictMemo:
         was = self._held.pop(name, None)
         if was is not None:
             self._tallied(was[1], -1, touched)
-            at = bisect.bisect_left(self._names, name)
-            del self._names[at], self._verdicts[at]
+            _drop(self._verdicts, name)
             if was[1].supported:
                 self._groups[was[1].platform or ""].remove(name)
         if node is None:
@@ -316,9 +314,7 @@ class VerdictMemo:
         verdict = _verdict(spec, node, self._tolerations)
         self.judged += 1
         self._held[name] = (node, verdict)
-        at = bisect.bisect_left(self._names, name)
-        self._names.insert(at, name)
-        self._verdicts.insert(at, verdict)
+        bisect.insort(self._verdicts, verdict, key=_NODE)
         self._tallied(verdict, 1, touched)
         if verdict.supported:
             platform = verdict.platform or ""
@@ -332,13 +328,10 @@ class VerdictMemo:
         self._counts[TALLIED(verdict)] += step
         name = verdict.node
         if not verdict.supported:
-            names, verdicts = self._unsupported, self._unsupported_verdicts
-            at = bisect.bisect_left(names, name)
             if step > 0:
-                names.insert(at, name)
-                verdicts.insert(at, verdict)
+                bisect.insort(self._unsupported, verdict, key=_NODE)
             else:
-                del names[at], verdicts[at]
+                _drop(self._unsupported, name)
             return
         platform = verdict.platform or ""
         touched.add(platform)
@@ -358,6 +351,11 @@ class VerdictMemo:
             )
             self._requirements[platform] = reqs
         return reqs
+
+
+def _drop(verdicts: list[NodeVerdict], name: str) -> None:
+    """Take node `name`'s verdict out of `verdicts` (in name order)."""
+    del verdicts[bisect.bisect_left(verdicts, name, key=_NODE)]
 
 
 def _tolerations(spec: AmbientMeshSpec) -> dict[str, Sequence[Mapping[str, Any]]]:
